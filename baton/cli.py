@@ -1,0 +1,70 @@
+"""`baton` command line: parse, dispatch to one command module, map errors to exit codes.
+
+Trailing `key=value` arguments are Hydra overrides of `conf/pipeline.yaml`; every
+command accepts them (`run.dir=…`, `store.url=…`). Exit codes: 0 ok, 1 a check
+failed (verify / diff / rerun verdict), 2 bad input (config, paths, records).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from baton.errors import BatonError
+
+# command -> (module, help). Modules are imported only when their command runs, so
+# `baton ckpt verify` does not pay for importing DeepSpeed or MLflow.
+COMMANDS = {
+    "run": ("flows.cli", "run the whole pipeline (CPT -> SFT -> RM -> RL)"),
+    "stage": ("baton.commands.stage", "run one stage's workers: baton stage cpt|sft|rm|rl [overrides]"),
+    "ckpt": ("baton.commands.ckpt", "verify | inspect | diff | reshard checkpoints"),
+    "lineage": ("lineage.cli", "show | trace | handoff: browse the lineage store"),
+    "db": ("lineage.cli_db", "upgrade | current: manage the lineage schema"),
+    "ui": ("lineage.cli_ui", "start the MLflow UI on 127.0.0.1 against the run's store"),
+    "rerun": ("flows.cli_rerun", "re-run a stage from a recorded handoff and compare"),
+    "config": ("baton.commands.show_config", "print the resolved config for the given overrides"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="baton", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue  # command not built in this checkout
+        cmd = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(cmd)
+        cmd.set_defaults(_module=module)
+    return parser
+
+
+def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Separate Hydra overrides (key=value, not starting with '-') from CLI arguments."""
+    args, overrides = [], []
+    for item in argv:
+        is_override = "=" in item and not item.startswith("-") and "/" not in item.split("=", 1)[0]
+        (overrides if is_override else args).append(item)
+    return args, overrides
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args_only, overrides = split_overrides(argv)
+    parser = build_parser()
+    args = parser.parse_args(args_only)
+    args.overrides = overrides
+    try:
+        return int(args._module.main(args) or 0)
+    except BatonError as exc:
+        print(f"baton {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

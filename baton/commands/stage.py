@@ -1,0 +1,38 @@
+"""`baton stage cpt|sft [overrides]`: run one stage's DeepSpeed workers."""
+from __future__ import annotations
+
+from baton.errors import ConfigError
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("name", choices=["cpt", "sft", "rm", "rl"], help="stage to run")
+
+
+def prepare(overrides: list[str], name: str):
+    """Compose + validate the config and check a resume target before any worker starts."""
+    from baton.config import compose
+    from ckpt.checkpointer import resolve_resume
+    from ckpt.compat import check_resumable
+    from ckpt.layout import checkpoints_dir
+    from stages.model import ensure_model_dir, model_identity_from_dir
+
+    if any(o.startswith("stage.name=") for o in overrides):
+        raise ConfigError(["stage.name is set by the command: use `baton stage NAME`"])
+    cfg = compose([f"stage={name}", *overrides])
+    model_dir = ensure_model_dir(cfg)
+    target = resolve_resume(cfg.resume, checkpoints_dir(cfg.run.dir, name))
+    if target is not None:
+        parallel = {"world_size": cfg.parallel.world_size, "zero_stage": cfg.parallel.zero_stage}
+        check_resumable(target, name, parallel, model_identity_from_dir(model_dir))
+    return cfg, model_dir
+
+
+def main(args) -> int:
+    from stages.launch import launch_stage
+
+    cfg, model_dir = prepare(args.overrides, args.name)
+    parent = {"init_from": cfg.stage.init_from} if cfg.stage.init_from else None
+    result = launch_stage(cfg, model_dir, parent)
+    print(f"[baton] stage {args.name} {result.status} at step {result.step}; "
+          f"checkpoints in {result.checkpoints_dir} (latest -> {result.checkpoints[-1]['path'] if result.checkpoints else 'none'})")
+    return 0

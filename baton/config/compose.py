@@ -1,0 +1,90 @@
+"""Compose `conf/pipeline.yaml` with Hydra and return a validated, typed config.
+
+Hydra stops at the first bad override; users want to see every mistake at once, so
+each override is first tried on its own and all failures are collected.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from baton.config import validate
+from baton.config.schema import BatonConfig
+from baton.errors import ConfigError
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+SCHEMA_NAME = "baton_schema"
+
+
+def _register_schema() -> None:
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=BatonConfig)
+
+
+def _compose_raw(overrides: list[str], config_name: str):
+    _register_schema()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return hydra_compose(config_name=config_name, overrides=overrides)
+
+
+def _describe(override: str, exc: Exception) -> str:
+    cause = exc.__cause__ or exc.__context__
+    text = " ".join(str(exc).split())
+    if cause is not None:
+        # Hydra wraps OmegaConf's precise message ("Value 'two' of type 'str' could not be
+        # converted to Integer ... full_key: parallel.world_size") in a generic one.
+        text = " ".join(str(cause).split())
+    key = override.split("=", 1)[0].lstrip("+~")
+    if "Could not override" in text or "not in struct" in text or "Key '" in text and "not" in text:
+        return (f"{override!r}: unknown config key '{key}' ({text}); "
+                "run `baton config` to list valid keys")
+    return f"{override!r}: {text}"
+
+
+def compose(overrides: list[str] | tuple[str, ...] = (), config_name: str = "pipeline") -> BatonConfig:
+    """Compose, type-check and validate; raise ConfigError listing every problem."""
+    overrides = list(overrides)
+    found: list[str] = []
+    for override in overrides:
+        if "=" not in override:
+            found.append(f"{override!r}: expected key=value (e.g. parallel.world_size=2)")
+            continue
+        try:
+            _compose_raw([override], config_name)
+        except Exception as exc:  # Hydra/OmegaConf raise several unrelated types
+            found.append(_describe(override, exc))
+    if found:
+        raise ConfigError(found)
+    raw = _compose_raw(overrides, config_name)
+    cfg: BatonConfig = OmegaConf.to_object(raw)
+    cfg.run.dir = str(Path(cfg.run.dir).expanduser().resolve())
+    found = validate.problems(cfg)
+    if found:
+        raise ConfigError(found)
+    return cfg
+
+
+def as_dict(cfg: BatonConfig) -> dict:
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+
+
+def from_dict(data: dict) -> BatonConfig:
+    merged = OmegaConf.merge(OmegaConf.structured(BatonConfig), data)
+    return OmegaConf.to_object(merged)
+
+
+def resolved_yaml(cfg: BatonConfig) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def config_hash(cfg: BatonConfig) -> str:
+    """sha256 of the canonical JSON of the resolved config (what a re-run must match)."""
+    canonical = json.dumps(as_dict(cfg), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()

@@ -1,0 +1,127 @@
+"""Typed schema of baton's configuration; values live in `conf/*.yaml`.
+
+Every field carries a docstring-style comment; checks that span fields live in
+`baton.config.validate` so that all errors are reported at once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class RunConfig:
+    dir: str = "runs/default"
+    """Run home: checkpoints, lineage.db, mlflow.db all live under it (made absolute)."""
+    name: str = "baton"
+    """Human name of the pipeline run, shown in lineage and MLflow."""
+
+
+@dataclass
+class ModelConfig:
+    path: Optional[str] = None
+    """A local Hugging Face causal-LM directory; null builds the tiny built-in model."""
+    hidden_size: int = 64
+    """Width of the built-in Llama model."""
+    intermediate_size: int = 128
+    """MLP width of the built-in model."""
+    num_hidden_layers: int = 2
+    """Decoder layers of the built-in model."""
+    num_attention_heads: int = 4
+    """Attention heads of the built-in model."""
+    num_key_value_heads: int = 2
+    """KV heads (grouped-query attention) of the built-in model."""
+    max_position_embeddings: int = 64
+    """Longest sequence the built-in model accepts."""
+
+
+@dataclass
+class ParallelConfig:
+    world_size: int = 1
+    """Number of data-parallel worker processes."""
+    zero_stage: int = 0
+    """DeepSpeed ZeRO stage 0-3."""
+    backend: str = "auto"
+    """torch.distributed backend: auto (nccl with GPUs, else gloo), gloo or nccl."""
+
+
+@dataclass
+class DataConfig:
+    max_operand: int = 49
+    """Operands of the synthetic arithmetic tasks are drawn from [0, max_operand]."""
+    heldout_fraction: float = 0.1
+    """Share of operand pairs reserved for the held-out split."""
+
+
+@dataclass
+class StageConfig:
+    name: str = "cpt"
+    """Objective: cpt, sft, rm or rl."""
+    max_steps: int = 20
+    """Optimizer steps to train (counted from step 0, including resumed ones)."""
+    save_every: int = 10
+    """Save a complete checkpoint every N optimizer steps (and at the last step)."""
+    keep_last: int = 3
+    """Committed checkpoints to keep; the newest is never deleted."""
+    global_batch: int = 16
+    """Samples per optimizer step across all ranks; constant when world_size changes."""
+    micro_batch: int = 4
+    """Samples per rank per forward/backward."""
+    seq_len: int = 48
+    """Tokens per CPT sample / max tokens per SFT example."""
+    lr: float = 3.0e-3
+    """Peak learning rate."""
+    warmup_steps: int = 4
+    """Linear warmup steps before linear decay to min_lr_ratio * lr."""
+    min_lr_ratio: float = 0.1
+    """Floor of the decay as a fraction of lr."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Gradient-norm clip (0 disables)."""
+    eval_every: int = 10
+    """Evaluate on the held-out split every N steps (and at the last step)."""
+    eval_samples: int = 32
+    """Held-out samples per evaluation."""
+    init_from: Optional[str] = None
+    """Checkpoint directory whose weights start this stage (null: the model directory)."""
+
+
+@dataclass
+class StoreConfig:
+    url: Optional[str] = None
+    """SQLAlchemy URL of the lineage store; null means sqlite:///<run.dir>/lineage.db."""
+
+
+@dataclass
+class MlflowConfig:
+    tracking_uri: Optional[str] = None
+    """MLflow tracking URI; null means sqlite:///<run.dir>/mlflow.db."""
+    enabled: bool = True
+    """Log runs, metrics and checkpoints to MLflow."""
+
+
+@dataclass
+class DebugConfig:
+    """Fault injection for tests of preemption and crash safety."""
+
+    preempt_at_micro_step: int = -1
+    """Rank 0 sends SIGTERM to the launcher after this global micro-step (-1: never)."""
+    crash_in_save_at_step: int = -1
+    """The save at this step SIGKILLs the worker after the data files, before the manifest."""
+
+
+@dataclass
+class BatonConfig:
+    run: RunConfig = field(default_factory=RunConfig)
+    seed: int = 1234
+    """Root seed; every per-rank RNG is derived from (seed, stage, rank)."""
+    resume: Optional[str] = None
+    """null, 'latest' or a checkpoint directory to resume this stage from."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    stage: StageConfig = field(default_factory=StageConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)

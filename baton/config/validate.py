@@ -1,0 +1,44 @@
+"""Cross-field checks of a composed config; every problem is collected, none raised early."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from baton.config.schema import BatonConfig
+
+STAGES = ("cpt", "sft", "rm", "rl")
+
+
+def problems(cfg: BatonConfig) -> list[str]:
+    found: list[str] = []
+    s, p = cfg.stage, cfg.parallel
+    if s.name not in STAGES:
+        found.append(f"stage.name={s.name!r}: expected one of {', '.join(STAGES)}")
+    if p.world_size < 1:
+        found.append(f"parallel.world_size={p.world_size}: expected >= 1")
+    if p.zero_stage not in (0, 1, 2, 3):
+        found.append(f"parallel.zero_stage={p.zero_stage}: expected 0, 1, 2 or 3")
+    if p.backend not in ("auto", "gloo", "nccl"):
+        found.append(f"parallel.backend={p.backend!r}: expected auto, gloo or nccl")
+    for key in ("max_steps", "save_every", "keep_last", "global_batch", "micro_batch", "seq_len"):
+        if getattr(s, key) < 1:
+            found.append(f"stage.{key}={getattr(s, key)}: expected >= 1")
+    per_step = s.micro_batch * max(p.world_size, 1)
+    if s.global_batch % per_step:
+        found.append(
+            f"stage.global_batch={s.global_batch} is not divisible by stage.micro_batch * "
+            f"parallel.world_size = {s.micro_batch} * {p.world_size}; pick a global_batch that is a "
+            f"multiple of {per_step} so gradient accumulation stays whole")
+    if cfg.model.path is not None and not (Path(cfg.model.path) / "config.json").is_file():
+        found.append(f"model.path={cfg.model.path!r}: no config.json there; expected a local "
+                     "Hugging Face causal-LM directory (or model.path=null for the built-in model)")
+    if cfg.resume not in (None, "latest") and not Path(cfg.resume).is_dir():
+        found.append(f"resume={cfg.resume!r}: no such checkpoint directory; expected 'latest', "
+                     "null or a path like <run.dir>/<stage>/checkpoints/step-000010")
+    if s.init_from is not None and not Path(s.init_from).is_dir():
+        found.append(f"stage.init_from={s.init_from!r}: no such checkpoint directory")
+    if s.seq_len > cfg.model.max_position_embeddings and cfg.model.path is None:
+        found.append(f"stage.seq_len={s.seq_len} exceeds model.max_position_embeddings="
+                     f"{cfg.model.max_position_embeddings}")
+    if not 0.0 < cfg.data.heldout_fraction < 1.0:
+        found.append(f"data.heldout_fraction={cfg.data.heldout_fraction}: expected in (0, 1)")
+    return found

@@ -1,0 +1,73 @@
+"""Atomic commit: `step-N.tmp/` -> fsync -> manifest (last) -> rename -> move `latest`.
+
+Rank 0 runs these once every rank has written its files. A crash at any point
+leaves either the previous `latest` or the new one, never a half checkpoint.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from ckpt import manifest as manifest_io
+from ckpt.layout import LATEST, TMP_SUFFIX, committed_steps, read_latest, step_dirname
+
+log = logging.getLogger(__name__)
+
+
+def tmp_dir(root: Path, step: int) -> Path:
+    return root / (step_dirname(step) + TMP_SUFFIX)
+
+
+def clear_stale_tmp(root: Path, step: int) -> Path:
+    """Remove a `.tmp` left by an interrupted save of the same step; return the tmp path."""
+    tmp = tmp_dir(root, step)
+    if tmp.exists():
+        log.warning("removing %s left by an interrupted save", tmp)
+        shutil.rmtree(tmp)
+    return tmp
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def commit(tmp: Path, manifest: manifest_io.Manifest) -> Path:
+    """Write the manifest last, rename into place, then move `latest`. Returns the final dir."""
+    manifest_io.write(tmp, manifest)
+    _fsync_dir(tmp)
+    final = tmp.with_name(tmp.name[: -len(TMP_SUFFIX)])
+    if final.exists():
+        # Re-saving a step (e.g. a resumed run reaching a step saved before): replace it
+        # only after the new one is complete.
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    _fsync_dir(final.parent)
+    point_latest(final)
+    return final
+
+
+def point_latest(final: Path) -> None:
+    pointer = final.parent / LATEST
+    staging = final.parent / (LATEST + TMP_SUFFIX)
+    staging.write_text(final.name)
+    with open(staging) as handle:
+        os.fsync(handle.fileno())
+    os.replace(staging, pointer)
+    _fsync_dir(final.parent)
+
+
+def apply_retention(root: Path, keep_last: int) -> list[Path]:
+    """Delete the oldest committed checkpoints beyond `keep_last`; never the newest or `latest`."""
+    steps = committed_steps(root)
+    latest = read_latest(root)
+    keep = set(steps[-max(keep_last, 1):]) | ({latest} if latest else set())
+    removed = [p for p in steps if p not in keep]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed

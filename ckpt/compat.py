@@ -1,0 +1,49 @@
+"""Can this run load that checkpoint as it is? Checked before any worker starts."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ckpt import manifest as manifest_io
+from ckpt.errors import IncompatibleCheckpoint
+from ckpt.manifest import Manifest
+
+META = "meta.json"
+
+
+def read_meta(directory: Path, manifest: Manifest) -> dict:
+    """meta.json after checking it against the manifest (JSON only: nothing unpickled)."""
+    entry = manifest.files.get(META)
+    data = (directory / META).read_bytes()
+    if entry is None or manifest_io.hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        raise manifest_io.CorruptCheckpoint(directory, [f"{META} does not match the manifest"])
+    return json.loads(data)
+
+
+def differing_keys(saved: dict, current: dict) -> list[str]:
+    keys = sorted(set(saved) | set(current))
+    return [f"{k}: checkpoint has {saved.get(k)!r}, this run has {current.get(k)!r}"
+            for k in keys if saved.get(k) != current.get(k)]
+
+
+def check_resumable(directory: str | Path, stage: str, parallel: dict, identity: dict) -> Manifest:
+    """Verify the checkpoint fully, then refuse a different stage, model or layout."""
+    directory = Path(directory)
+    manifest = manifest_io.verify(directory)
+    if manifest.stage != stage:
+        raise IncompatibleCheckpoint(directory, f"is a '{manifest.stage}' checkpoint; this is the "
+                                     f"'{stage}' stage (start a new stage with stage.init_from=PATH)")
+    model_diff = differing_keys(read_meta(directory, manifest).get("model", {}), identity)
+    if model_diff:
+        raise IncompatibleCheckpoint(directory, "model or tokenizer config differs from this run's:\n"
+                                     + "\n".join(f"  - {d}" for d in model_diff))
+    saved = {k: manifest.parallel.get(k) for k in ("world_size", "zero_stage")}
+    wanted = {k: parallel[k] for k in ("world_size", "zero_stage")}
+    if saved != wanted:
+        raise IncompatibleCheckpoint(directory, (
+            f"saved with parallel.world_size={saved['world_size']} parallel.zero_stage="
+            f"{saved['zero_stage']}, this run uses world_size={wanted['world_size']} zero_stage="
+            f"{wanted['zero_stage']}. A plain resume cannot change the layout; convert it through a "
+            f"universal checkpoint first: baton ckpt reshard {directory} DST "
+            f"parallel.world_size={wanted['world_size']} parallel.zero_stage={wanted['zero_stage']}"))
+    return manifest

@@ -1,0 +1,132 @@
+"""`manifest.json`: every file of a checkpoint with size and checksum, written last.
+
+A directory is a checkpoint only if its manifest exists and matches its files; all
+loading goes through `verify` (or `check_structure` + per-file checksums) first.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ckpt.errors import CorruptCheckpoint, NotACheckpoint
+from ckpt.layout import MANIFEST, TMP_SUFFIX
+
+FORMAT = "baton.checkpoint/1"
+# Components every complete checkpoint must have; `grad_accum` only mid-accumulation.
+REQUIRED = ("model", "optimizer", "scheduler", "rng", "data", "progress", "meta")
+GRAD_ACCUM = "grad_accum"
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclass
+class Manifest:
+    stage: str
+    step: int
+    components: dict[str, list[str]]
+    """component name -> files (relative paths) that hold it; a file may hold several."""
+    files: dict[str, dict] = field(default_factory=dict)
+    """relative path -> {"size": bytes, "sha256": hex}"""
+    parallel: dict = field(default_factory=dict)
+    mid_accumulation: bool = False
+    format: str = FORMAT
+    extra: dict = field(default_factory=dict)
+    """Stage-specific facts (RL: reference identity, KL controller, ...)."""
+
+    def required_components(self) -> tuple[str, ...]:
+        return REQUIRED + ((GRAD_ACCUM,) if self.mid_accumulation else ())
+
+    def total_bytes(self) -> int:
+        return sum(entry["size"] for entry in self.files.values())
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Manifest":
+        return cls(**json.loads(text))
+
+
+def checksum_of(manifest_path: Path) -> str:
+    return sha256_file(manifest_path)
+
+
+def write(directory: Path, manifest: Manifest) -> Path:
+    """Write the manifest (fsynced): the last file of a checkpoint."""
+    path = directory / MANIFEST
+    with open(path, "w") as handle:
+        handle.write(manifest.to_json())
+        handle.flush()
+        os.fsync(handle.fileno())
+    return path
+
+
+def read(directory: str | Path) -> Manifest:
+    directory = Path(directory)
+    if directory.name.endswith(TMP_SUFFIX):
+        raise NotACheckpoint(directory, "uncommitted checkpoint (a '.tmp' directory left by an "
+                             "interrupted save); resume from the `latest` committed one instead")
+    if not directory.is_dir():
+        raise NotACheckpoint(directory, "no such checkpoint directory")
+    path = directory / MANIFEST
+    if not path.is_file():
+        raise NotACheckpoint(directory, f"missing {MANIFEST}: not a committed checkpoint "
+                             "(the manifest is written last, so the save never finished)")
+    try:
+        return Manifest.from_json(path.read_text())
+    except (ValueError, TypeError) as exc:
+        raise CorruptCheckpoint(directory, [f"{MANIFEST} is unreadable: {exc}"]) from exc
+
+
+def structure_problems(directory: Path, manifest: Manifest) -> list[str]:
+    """Cheap checks: components present, files present with the recorded sizes, no extras."""
+    problems = [f"missing component '{name}' in {MANIFEST}"
+                for name in manifest.required_components() if not manifest.components.get(name)]
+    for name, files in manifest.components.items():
+        problems += [f"component '{name}' names {f} which is not in the file list"
+                     for f in files if f not in manifest.files]
+    for rel, entry in sorted(manifest.files.items()):
+        path = directory / rel
+        if not path.is_file():
+            problems.append(f"missing file {rel}")
+        elif path.stat().st_size != entry["size"]:
+            problems.append(f"size mismatch in {rel}: {path.stat().st_size} bytes on disk, "
+                            f"{entry['size']} in the manifest (truncated or overwritten)")
+    on_disk = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()}
+    problems += [f"unexpected file {rel} (not in the manifest)"
+                 for rel in sorted(on_disk - set(manifest.files) - {MANIFEST})]
+    return problems
+
+
+def checksum_problems(directory: Path, manifest: Manifest) -> list[str]:
+    problems = []
+    for rel, entry in sorted(manifest.files.items()):
+        path = directory / rel
+        if path.is_file() and path.stat().st_size == entry["size"]:
+            actual = sha256_file(path)
+            if actual != entry["sha256"]:
+                problems.append(f"checksum mismatch in {rel}: sha256 {actual[:16]}… on disk, "
+                                f"{entry['sha256'][:16]}… in the manifest (corrupted)")
+    return problems
+
+
+def verify(directory: str | Path, checksums: bool = True) -> Manifest:
+    """Return the manifest of a sound checkpoint or raise naming every problem."""
+    directory = Path(directory)
+    manifest = read(directory)
+    problems = structure_problems(directory, manifest)
+    if checksums:
+        problems += checksum_problems(directory, manifest)
+    if problems:
+        raise CorruptCheckpoint(directory, problems)
+    return manifest

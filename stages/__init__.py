@@ -1,0 +1,1 @@
+"""Stage objectives (cpt, sft, rm, rl), the shared worker loop, the built-in model and tasks."""

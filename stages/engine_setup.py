@@ -1,0 +1,72 @@
+"""Build the DeepSpeed engine for a stage: config dict, LR schedule, distributed init."""
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+
+def backend_for(requested: str) -> str:
+    if requested != "auto":
+        return requested
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def deepspeed_config(stage_cfg, parallel_cfg) -> dict:
+    accumulation = stage_cfg.global_batch // (stage_cfg.micro_batch * parallel_cfg.world_size)
+    return {
+        "train_batch_size": stage_cfg.global_batch,
+        "train_micro_batch_size_per_gpu": stage_cfg.micro_batch,
+        "gradient_accumulation_steps": accumulation,
+        "gradient_clipping": stage_cfg.grad_clip,
+        "optimizer": {"type": "AdamW", "params": {
+            "lr": stage_cfg.lr, "betas": [0.9, 0.95], "eps": 1e-8,
+            "weight_decay": stage_cfg.weight_decay,
+            # torch's AdamW: no FusedAdam build needed on CPU-only machines
+            "torch_adam": True}},
+        "zero_optimization": {"stage": parallel_cfg.zero_stage},
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+        "checkpoint": {"load_universal": False},
+    }
+
+
+def warmup_decay(stage_cfg):
+    """Linear warmup to lr, then linear decay to min_lr_ratio * lr at max_steps."""
+    warmup, total, floor = stage_cfg.warmup_steps, stage_cfg.max_steps, stage_cfg.min_lr_ratio
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return floor + (1.0 - floor) * (1.0 - progress)
+
+    return factor
+
+
+def build_engine(model, stage_cfg, parallel_cfg):
+    import deepspeed
+
+    def scheduler(optimizer):
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_decay(stage_cfg))
+
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
+        config=deepspeed_config(stage_cfg, parallel_cfg), lr_scheduler=scheduler)
+    return engine
+
+
+def init_distributed(parallel_cfg) -> tuple[int, int]:
+    import deepspeed
+
+    # One intra-op thread per rank: 2 cores shared by up to 2 ranks, and reductions
+    # whose order does not depend on how many threads happened to be free.
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    deepspeed.init_distributed(dist_backend=backend_for(parallel_cfg.backend))
+    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+
+def is_finite(value: float) -> bool:
+    return math.isfinite(value)

@@ -1,0 +1,85 @@
+"""The built-in tiny Llama model and loading of any local Hugging Face causal LM.
+
+Every stage loads model + tokenizer from a directory; the built-in one is created
+once per run home (random init from `conf/model/tiny.yaml` and the run seed).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from baton.config.schema import BatonConfig, ModelConfig
+
+BUILTIN_DIRNAME = "model"
+
+
+def builtin_model_dir(cfg: BatonConfig) -> Path:
+    return Path(cfg.run.dir) / BUILTIN_DIRNAME
+
+
+def model_dir(cfg: BatonConfig) -> Path:
+    return Path(cfg.model.path).resolve() if cfg.model.path else builtin_model_dir(cfg)
+
+
+def ensure_model_dir(cfg: BatonConfig) -> Path:
+    """Return the model directory, creating the built-in model there if needed."""
+    directory = model_dir(cfg)
+    if cfg.model.path is None and not (directory / "config.json").is_file():
+        _create_builtin(cfg.model, cfg.seed, directory)
+    return directory
+
+
+def _create_builtin(spec: ModelConfig, seed: int, directory: Path) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from stages.tokenizer import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads, num_key_value_heads=spec.num_key_value_heads,
+        max_position_embeddings=spec.max_position_embeddings, tie_word_embeddings=False,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    tmp = directory.with_name(directory.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(tmp), safe_serialization=True)
+    tokenizer.save_pretrained(str(tmp))
+    (tmp / "baton_model.json").write_text(json.dumps({"builtin": asdict(spec), "seed": seed}))
+    tmp.rename(directory)  # a half-written model directory is never picked up
+
+
+def load_model_and_tokenizer(directory: str | Path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    # eager attention: deterministic on CPU and identical across ranks.
+    model = AutoModelForCausalLM.from_pretrained(str(directory), attn_implementation="eager")
+    return model, tokenizer
+
+
+def model_identity(model, tokenizer) -> dict:
+    """The config keys that must match between a checkpoint and the run loading it."""
+    config = model.config.to_dict()
+    keep = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+            "num_attention_heads", "num_key_value_heads", "max_position_embeddings",
+            "tie_word_embeddings", "rope_theta")
+    identity = {k: config.get(k) for k in keep}
+    identity["tokenizer.vocab_size"] = len(tokenizer)
+    identity["tokenizer.class"] = type(tokenizer).__name__
+    return identity
+
+
+def model_identity_from_dir(directory: str | Path) -> dict:
+    """`model_identity` without loading weights (used before workers start)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    class _Shell:
+        config = AutoConfig.from_pretrained(str(directory))
+
+    return model_identity(_Shell, AutoTokenizer.from_pretrained(str(directory)))

@@ -1,0 +1,62 @@
+"""What a stage run leaves beside its checkpoints (rank 0 only): metrics.jsonl, log
+lines, result.json that the launcher and the flow read back."""
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+METRICS, RESULT = "metrics.jsonl", "result.json"
+
+
+def library_versions() -> dict:
+    import deepspeed
+    import torch
+    import transformers
+
+    import baton
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "deepspeed": deepspeed.__version__, "transformers": transformers.__version__,
+            "baton": baton.__version__}
+
+
+class RunFiles:
+    def __init__(self, directory: Path, writer: bool):
+        self.directory, self.writer = Path(directory), writer
+        self._t_last = time.time()
+        if writer:
+            self.directory.mkdir(parents=True, exist_ok=True)
+
+    def log(self, line: str) -> None:
+        if self.writer:
+            print(f"[baton] {line}", flush=True)
+
+    def step(self, record: dict, stage: str, max_steps: int) -> None:
+        if not self.writer:
+            return
+        now = time.time()
+        record = {**record, "seconds": round(now - self._t_last, 3)}
+        self._t_last = now
+        with open(self.directory / METRICS, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+        evals = " ".join(f"{k} {v:.4f}" for k, v in record.items() if k.startswith("eval_"))
+        print(f"[{stage}] step {record['step']}/{max_steps} loss {record['loss']:.4f} "
+              f"lr {record['lr']:.2e} tokens {record['tokens']} {record['seconds']:.2f}s {evals}",
+              flush=True)
+
+    def meta(self, launch: dict, identity: dict, parallel: dict) -> dict:
+        return {"config": launch["config"], "config_hash": launch["config_hash"],
+                "model": identity, "model_dir": launch["model_dir"], "parallel": parallel,
+                "versions": library_versions(), "parent": launch.get("parent"),
+                "argv": sys.argv}
+
+    def result(self, status: str, progress, saved: list[dict], seconds: float) -> None:
+        if not self.writer:
+            return
+        payload = {"status": status, "progress": progress.state_dict(), "checkpoints": saved,
+                   "seconds": round(seconds, 2)}
+        tmp = self.directory / (RESULT + ".tmp")
+        tmp.write_text(json.dumps(payload, indent=1))
+        tmp.replace(self.directory / RESULT)

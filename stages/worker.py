@@ -1,0 +1,177 @@
+"""The shared worker loop every stage runs: `python -m stages.worker LAUNCH.json` per rank.
+
+Build (model, DeepSpeed engine, sampler), resume if asked, train with gradient
+accumulation, evaluate, save complete checkpoints, and honour SIGTERM by saving at
+the current micro-step. Objectives (what a batch and a loss are) live elsewhere.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from baton.config.compose import from_dict
+from ckpt.checkpointer import Checkpointer, SavePayload, load_complete, resolve_resume
+from ckpt.layout import checkpoints_dir, stage_dir
+from ckpt.state import RngState, TrainingProgress, derived_seed, seed_everything
+from stages import grad_accum, objectives, run_files
+from stages.engine_setup import build_engine, init_distributed
+from stages.model import load_model_and_tokenizer, model_identity
+from stages.sampler import GlobalSampler
+from stages.tasks import TRAIN, ArithmeticTasks
+
+log = logging.getLogger("baton.worker")
+
+
+class Preemption:
+    """SIGTERM sets a flag; ranks agree on it every micro-step so all stop together."""
+
+    def __init__(self):
+        self.requested = False
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame):
+        self.requested = True
+
+    def agreed(self) -> bool:
+        flag = torch.tensor([1 if self.requested else 0], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+
+class StageWorker:
+    def __init__(self, launch: dict):
+        self.cfg = from_dict(launch["config"])
+        self.launch = launch
+        self.rank, self.world = init_distributed(self.cfg.parallel)
+        s = self.cfg.stage
+        seed_everything(derived_seed(self.cfg.seed, s.name, self.rank))
+        model, self.tokenizer = load_model_and_tokenizer(launch["model_dir"])
+        if s.init_from:
+            from ckpt.weights import load_weights_into
+            load_weights_into(model, s.init_from)
+        self.identity = model_identity(model, self.tokenizer)
+        tasks = ArithmeticTasks(self.cfg.seed, self.cfg.data.max_operand, self.cfg.data.heldout_fraction)
+        self.objective = objectives.OBJECTIVES[s.name](s, self.tokenizer, tasks)
+        self.engine = build_engine(model, s, self.cfg.parallel)
+        self.sampler = GlobalSampler(self.objective.dataset_size(TRAIN), s.global_batch,
+                                     s.micro_batch, self.world, self.cfg.seed)
+        self.accum = self.sampler.accumulation_steps
+        self.progress = TrainingProgress()
+        self.parallel = {"world_size": self.world, "zero_stage": self.cfg.parallel.zero_stage,
+                         "micro_batch": s.micro_batch, "gradient_accumulation_steps": self.accum,
+                         "global_batch": s.global_batch, "backend": dist.get_backend()}
+        self.root = checkpoints_dir(self.cfg.run.dir, s.name)
+        self.files = run_files.RunFiles(stage_dir(self.cfg.run.dir, s.name), self.rank == 0)
+        self.ckpt = Checkpointer(self.engine, self.root, s.name, self.parallel, s.keep_last,
+                                 self.cfg.debug.crash_in_save_at_step)
+        self.preemption = Preemption()
+        self.window = grad_accum.Window()
+        self.saved: list[dict] = []
+
+    # -- one micro-step -------------------------------------------------------------
+    def micro_step(self, micro: int) -> None:
+        indices = self.sampler.micro_batch_indices(self.progress.step, micro, self.rank)
+        batch = self.objective.batch(TRAIN, indices)
+        loss = self.objective.loss(self.engine, batch)
+        self.engine.backward(loss)
+        self.engine.step()  # DeepSpeed steps the optimizer only at the accumulation boundary
+        self.window.add(float(loss), self.objective.tokens_in(batch))
+
+    def train(self) -> str:
+        s = self.cfg.stage
+        while self.progress.step < s.max_steps:
+            if self.progress.micro_in_window == 0:
+                self.window.start(RngState.state_dict())
+            for micro in range(self.progress.micro_in_window, self.accum):
+                self.micro_step(micro)
+                self.progress.micro_step += 1
+                self.progress.micro_in_window = micro + 1
+                if self.debug_preempt() or self.preemption.agreed():
+                    if micro + 1 < self.accum:
+                        self.save(mid_window=True)
+                        return "preempted"
+            self.finish_step()
+            if self.preemption.agreed():
+                self.save()
+                return "preempted"
+        return "completed"
+
+    def finish_step(self) -> None:
+        s, p = self.cfg.stage, self.progress
+        loss_sum, tokens = self.window.reduce(self.world)
+        p.step += 1
+        p.micro_in_window = 0
+        p.tokens_seen += tokens
+        p.samples_seen = p.step * s.global_batch
+        self.sampler.advance_to_step(p.step)
+        record = {"step": p.step, "loss": loss_sum / self.accum,
+                  "lr": self.engine.get_lr()[0], "tokens": p.tokens_seen, "samples": p.samples_seen}
+        if p.step % s.eval_every == 0 or p.step == s.max_steps:
+            record.update(self.objective.evaluate(self.engine.module))
+        self.files.step(record, s.name, s.max_steps)
+        if p.step % s.save_every == 0 or p.step == s.max_steps:
+            self.save()
+
+    def debug_preempt(self) -> bool:
+        """Fault injection: rank 0 signals the launcher (which forwards SIGTERM to every
+        rank) and counts itself as signalled, so all ranks stop at this micro-step."""
+        if self.rank == 0 and self.progress.micro_step == self.cfg.debug.preempt_at_micro_step:
+            os.kill(os.getppid(), signal.SIGTERM)
+            self.preemption.requested = True
+        return False
+
+    # -- checkpoints --------------------------------------------------------------------
+    def save(self, mid_window: bool = False) -> None:
+        payload = SavePayload(
+            progress=self.progress.state_dict(), data=self.sampler.state_dict(),
+            meta=self.files.meta(self.launch, self.identity, self.parallel),
+            rng=RngState.state_dict())
+        if mid_window:
+            payload.grad_record = self.window.record(self.progress)
+            payload.grad_buffers = grad_accum.readable_buffers(self.engine, self.cfg.parallel.zero_stage)
+        path = self.ckpt.save(self.progress.step, payload)
+        self.saved.append({"step": self.progress.step, "path": str(path),
+                           "mid_accumulation": mid_window})
+        self.files.log(f"saved checkpoint {path}")
+
+    def resume(self) -> None:
+        path = resolve_resume(self.cfg.resume, self.root)
+        if path is None:
+            if self.cfg.resume == "latest":
+                self.files.log(f"resume=latest: no checkpoint under {self.root} yet; starting at step 0")
+            return
+        state = load_complete(self.ckpt, path, self.cfg.stage.name, self.parallel,
+                                         self.identity)
+        self.progress.load_state_dict(state["progress"])
+        self.sampler.load_state_dict(state["data"])
+        self.engine.micro_steps = self.progress.micro_step
+        if state["grad_record"] is not None:
+            grad_accum.replay(self, state)
+        RngState.load_state_dict(state["rng"])
+        self.files.log(f"resumed from {path} at step {self.progress.step}"
+                       f" micro-step {self.progress.micro_step}")
+
+
+def main(launch_path: str) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    launch = json.loads(Path(launch_path).read_text())
+    worker = StageWorker(launch)
+    t0 = time.time()
+    worker.resume()
+    status = worker.train()
+    worker.files.result(status, worker.progress, worker.saved, time.time() - t0)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
