@@ -81,10 +81,11 @@ class Checkpointer:
 
     def save(self, step: int, payload: SavePayload) -> Path:
         """Collective: every rank calls it. Returns the committed directory."""
-        tmp = commit_io.tmp_dir(self.root, step)
+        name = step_dirname(step, payload.progress["micro_in_window"])
+        tmp = commit_io.tmp_dir(self.root, name)
         if self.rank == 0:
             self.root.mkdir(parents=True, exist_ok=True)
-            commit_io.clear_stale_tmp(self.root, step)
+            commit_io.clear_stale_tmp(self.root, name)
         dist.barrier()
         self.io.begin_save(tmp)
         self.engine.save_checkpoint(str(self.root), tag=tmp.name, save_latest=False)
@@ -102,7 +103,7 @@ class Checkpointer:
             os.kill(os.getpid(), signal.SIGKILL)
         gathered = [None] * self.world
         dist.all_gather_object(gathered, self.io.written)
-        final = tmp.with_name(step_dirname(step))
+        final = tmp.with_name(name)
         if self.rank == 0:
             files = {rel: entry for written in gathered for rel, entry in written.items()}
             final = commit_io.commit(tmp, self._manifest(tmp, step, files, payload))

@@ -11,18 +11,18 @@ import shutil
 from pathlib import Path
 
 from ckpt import manifest as manifest_io
-from ckpt.layout import LATEST, TMP_SUFFIX, committed_steps, read_latest, step_dirname
+from ckpt.layout import LATEST, TMP_SUFFIX, committed_steps, read_latest
 
 log = logging.getLogger(__name__)
 
 
-def tmp_dir(root: Path, step: int) -> Path:
-    return root / (step_dirname(step) + TMP_SUFFIX)
+def tmp_dir(root: Path, name: str) -> Path:
+    return root / (name + TMP_SUFFIX)
 
 
-def clear_stale_tmp(root: Path, step: int) -> Path:
-    """Remove a `.tmp` left by an interrupted save of the same step; return the tmp path."""
-    tmp = tmp_dir(root, step)
+def clear_stale_tmp(root: Path, name: str) -> Path:
+    """Remove a `.tmp` left by an interrupted save of the same checkpoint; return the tmp path."""
+    tmp = tmp_dir(root, name)
     if tmp.exists():
         log.warning("removing %s left by an interrupted save", tmp)
         shutil.rmtree(tmp)

@@ -7,7 +7,9 @@ from pathlib import Path
 LATEST = "latest"
 TMP_SUFFIX = ".tmp"
 MANIFEST = "manifest.json"
-_STEP_DIR = re.compile(r"^step-(\d{6,})$")
+# step-000010 at an optimizer-step boundary; step-000010-micro-01 when a preemption
+# saved mid-accumulation (one micro-batch of step 11 already accumulated).
+_STEP_DIR = re.compile(r"^step-(\d{6,})(?:-micro-(\d+))?$")
 
 
 def stage_dir(run_dir: str | Path, stage: str) -> Path:
@@ -18,13 +20,20 @@ def checkpoints_dir(run_dir: str | Path, stage: str) -> Path:
     return stage_dir(run_dir, stage) / "checkpoints"
 
 
-def step_dirname(step: int) -> str:
-    return f"step-{step:06d}"
+def step_dirname(step: int, micro_in_window: int = 0) -> str:
+    name = f"step-{step:06d}"
+    return f"{name}-micro-{micro_in_window:02d}" if micro_in_window else name
+
+
+def position_of(path: str | Path) -> tuple[int, int] | None:
+    """(step, micro-steps into the next step) of a checkpoint directory name."""
+    match = _STEP_DIR.match(Path(path).name)
+    return (int(match.group(1)), int(match.group(2) or 0)) if match else None
 
 
 def step_of(path: str | Path) -> int | None:
-    match = _STEP_DIR.match(Path(path).name)
-    return int(match.group(1)) if match else None
+    position = position_of(path)
+    return position[0] if position else None
 
 
 def committed_steps(root: Path) -> list[Path]:
@@ -33,7 +42,7 @@ def committed_steps(root: Path) -> list[Path]:
         return []
     found = [p for p in root.iterdir() if p.is_dir() and step_of(p) is not None
              and (p / MANIFEST).is_file()]
-    return sorted(found, key=step_of)
+    return sorted(found, key=position_of)
 
 
 def read_latest(root: Path) -> Path | None:

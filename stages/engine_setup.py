@@ -7,6 +7,9 @@ import os
 import torch
 
 
+BUCKET_ELEMENTS = 20_000_000
+
+
 def backend_for(requested: str) -> str:
     if requested != "auto":
         return requested
@@ -25,7 +28,14 @@ def deepspeed_config(stage_cfg, parallel_cfg) -> dict:
             "weight_decay": stage_cfg.weight_decay,
             # torch's AdamW: no FusedAdam build needed on CPU-only machines
             "torch_adam": True}},
-        "zero_optimization": {"stage": parallel_cfg.zero_stage},
+        # DeepSpeed's default 5e8-element buckets are allocated every micro-step; under
+        # torch.use_deterministic_algorithms each allocation is NaN-filled (2 GB per
+        # step), which dominates a small model's step time.
+        "zero_optimization": {"stage": parallel_cfg.zero_stage, "overlap_comm": False,
+                              "reduce_bucket_size": BUCKET_ELEMENTS,
+                              "allgather_bucket_size": BUCKET_ELEMENTS,
+                              "stage3_prefetch_bucket_size": BUCKET_ELEMENTS,
+                              "stage3_param_persistence_threshold": 0},
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
         "checkpoint": {"load_universal": False},

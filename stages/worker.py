@@ -83,7 +83,7 @@ class StageWorker:
         loss = self.objective.loss(self.engine, batch)
         self.engine.backward(loss)
         self.engine.step()  # DeepSpeed steps the optimizer only at the accumulation boundary
-        self.window.add(float(loss), self.objective.tokens_in(batch))
+        self.window.add(float(loss.detach()), self.objective.tokens_in(batch))
 
     def train(self) -> str:
         s = self.cfg.stage

@@ -1,0 +1,1 @@
+"""Prefect flows: the pipeline, the handoff tasks, re-run. Wiring only."""

@@ -1,0 +1,35 @@
+"""Shared helpers: run the real `baton` command line in a subprocess."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_baton(*args: str, check: bool = False, timeout: int = 600, env: dict | None = None,
+              **popen) -> subprocess.CompletedProcess:
+    """`python -m baton.cli ARGS` with captured output (text)."""
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.run([sys.executable, "-m", "baton.cli", *args], cwd=REPO, text=True,
+                          capture_output=True, timeout=timeout, env=full_env, **popen)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"baton {' '.join(args)} exited {proc.returncode}\n"
+                             f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def metrics(run_dir: Path, stage: str) -> dict[int, dict]:
+    """Per-step training records of a stage, keyed by step (later lines win)."""
+    lines = (run_dir / stage / "metrics.jsonl").read_text().splitlines()
+    return {rec["step"]: rec for rec in map(json.loads, lines)}
+
+
+@pytest.fixture
+def baton():
+    return run_baton
