@@ -18,12 +18,14 @@ import torch.distributed as dist
 from ckpt import commit as commit_io
 from ckpt import manifest as manifest_io
 from ckpt.engine import BatonCheckpointEngine
-from ckpt.layout import MANIFEST, read_latest, step_dirname
+from ckpt.layout import MANIFEST, step_dirname
 
 log = logging.getLogger(__name__)
 
 RNG_DIR, GRAD_DIR = "rng", "grad_accum"
 PROGRESS, DATA, META, GRAD_RECORD = "progress.json", "data.json", "meta.json", "grad_accum.json"
+# The objective's own state (RL: KL controller, reference and reward-model identity).
+OBJECTIVE = "objective.json"
 
 
 def rng_file(rank: int) -> str:
@@ -51,7 +53,8 @@ def classify(rel: str, zero_stage: int) -> list[str]:
         return ["rng"]
     if rel.startswith(GRAD_DIR + "/") or rel == GRAD_RECORD:
         return [manifest_io.GRAD_ACCUM]
-    return {PROGRESS: ["progress"], DATA: ["data"], META: ["meta"]}.get(rel, [])
+    return {PROGRESS: ["progress"], DATA: ["data"], META: ["meta"],
+            OBJECTIVE: [manifest_io.RL_STATE]}.get(rel, [])
 
 
 @dataclass
@@ -67,6 +70,8 @@ class SavePayload:
     grad_buffers: bytes | None = None
     """safetensors bytes of this rank's accumulated gradients, when readable (ZeRO 0)."""
     extra: dict = field(default_factory=dict)
+    objective: dict | None = None
+    """The objective's state_dict() (None: the objective keeps none), written by rank 0."""
 
 
 class Checkpointer:
@@ -98,6 +103,8 @@ class Checkpointer:
             self.io.save_json(tmp / META, payload.meta)
             if payload.grad_record is not None:
                 self.io.save_json(tmp / GRAD_RECORD, payload.grad_record)
+            if payload.objective is not None:
+                self.io.save_json(tmp / OBJECTIVE, payload.objective)
         if step == self.crash_at and self.rank == 0:
             log.error("debug.crash_in_save_at_step=%d: SIGKILL before the manifest", step)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -129,15 +136,6 @@ class Checkpointer:
             extra={"parent": payload.meta.get("parent"), **payload.extra})
 
 
-def resolve_resume(resume: str | None, root: Path) -> Path | None:
-    """`latest` -> the committed checkpoint `latest` points to (None if none yet)."""
-    if resume is None:
-        return None
-    if resume == "latest":
-        return read_latest(root)
-    return Path(resume).resolve()
-
-
 def load_complete(checkpointer: Checkpointer, path: Path, stage: str, parallel: dict,
                   identity: dict) -> dict:
     """Verify, check compatibility, then load DeepSpeed state and baton's state (all ranks)."""
@@ -155,4 +153,5 @@ def load_complete(checkpointer: Checkpointer, path: Path, stage: str, parallel: 
         buffers = io.read_verified(path / grad_file(rank))
     return {"manifest": manifest, "progress": io.load_json(path / PROGRESS),
             "data": io.load_json(path / DATA), "rng": io.load_json(path / rng_file(rank)),
-            "grad_record": record, "grad_buffers": buffers}
+            "grad_record": record, "grad_buffers": buffers,
+            "objective": io.load_json(path / OBJECTIVE) if OBJECTIVE in manifest.files else None}

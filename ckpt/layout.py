@@ -50,3 +50,12 @@ def read_latest(root: Path) -> Path | None:
     if not pointer.is_file():
         return None
     return root / pointer.read_text().strip()
+
+
+def resolve_resume(resume: str | None, root: Path) -> Path | None:
+    """`latest` -> the committed checkpoint `latest` points to (None if none yet)."""
+    if resume is None:
+        return None
+    if resume == "latest":
+        return read_latest(root)
+    return Path(resume).resolve()

@@ -18,6 +18,9 @@ FORMAT = "baton.checkpoint/1"
 # Components every complete checkpoint must have; `grad_accum` only mid-accumulation.
 REQUIRED = ("model", "optimizer", "scheduler", "rng", "data", "progress", "meta")
 GRAD_ACCUM = "grad_accum"
+RL_STATE = "rl_state"
+# Components only some stages have: RL's KL controller and frozen-model identities.
+STAGE_REQUIRED = {"rl": (RL_STATE,)}
 _CHUNK = 1 << 20
 
 
@@ -44,7 +47,8 @@ class Manifest:
     """Stage-specific facts (RL: reference identity, KL controller, ...)."""
 
     def required_components(self) -> tuple[str, ...]:
-        return REQUIRED + ((GRAD_ACCUM,) if self.mid_accumulation else ())
+        return (REQUIRED + STAGE_REQUIRED.get(self.stage, ())
+                + ((GRAD_ACCUM,) if self.mid_accumulation else ()))
 
     def total_bytes(self) -> int:
         return sum(entry["size"] for entry in self.files.values())

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from ckpt import manifest as manifest_io
+from ckpt.errors import IncompatibleCheckpoint
 
 
 def consolidated_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
@@ -23,9 +24,30 @@ def consolidated_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
     return {k: v.float() for k, v in states["module"].items()}
 
 
-def load_weights_into(model, directory: str | Path) -> None:
+def _is_backbone(model, key: str) -> bool:
+    prefix = getattr(model, "base_model_prefix", "")
+    return bool(prefix) and key.startswith(prefix + ".")
+
+
+def load_weights_into(model, directory: str | Path) -> dict[str, list[str]]:
+    """Load a checkpoint's weights; return {"new": [...], "dropped": [...]}.
+
+    Only heads may differ (a causal LM's `lm_head` dropped, a reward model's `score`
+    new, when a reward model starts from a policy checkpoint). A backbone parameter
+    missing or left over, or any shape mismatch, means the checkpoint belongs to
+    another model and is refused.
+    """
     state = consolidated_state_dict(directory)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected or [k for k in missing if "lm_head" not in k or "lm_head" in state]:
-        raise manifest_io.CorruptCheckpoint(directory, [
-            f"weights do not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}"])
+    own = model.state_dict()
+    shapes = [f"{k}: checkpoint {tuple(v.shape)}, model {tuple(own[k].shape)}"
+              for k, v in state.items() if k in own and own[k].shape != v.shape]
+    new = sorted(k for k in own if k not in state)
+    dropped = sorted(k for k in state if k not in own)
+    backbone = [k for k in new + dropped if _is_backbone(model, k)]
+    if shapes or backbone:
+        raise IncompatibleCheckpoint(directory, (
+            f"weights do not fit the {type(model).__name__} being loaded: shape mismatches "
+            f"{shapes[:5]}, backbone parameters missing or unexpected {backbone[:5]}; "
+            "expected a checkpoint of the same backbone (see its meta.json 'model')"))
+    model.load_state_dict(state, strict=False)
+    return {"new": new, "dropped": dropped}

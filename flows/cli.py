@@ -1,13 +1,44 @@
-"""`baton run [overrides]`: the main job on the embedded defaults."""
+"""`baton run [overrides]`: the whole pipeline as the Prefect flow `post_training`.
+
+Without PREFECT_API_URL, Prefect starts an ephemeral local API for the run.
+"""
 from __future__ import annotations
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--stages", default="cpt,sft",
-                        help="comma-separated stages to run in order (default: cpt,sft)")
+    parser.add_argument("--stages", default=None,
+                        help="comma-separated subset, e.g. cpt,sft (default: pipeline.stages)")
+
+
+def embedded_prefect_env(run_dir: str) -> None:
+    """Without a Prefect server, give the ephemeral API its own home under the run home:
+    concurrent runs elsewhere on the machine never share (and lock) its SQLite file.
+    Must run before prefect is imported."""
+    import os
+    from pathlib import Path
+
+    if not os.environ.get("PREFECT_API_URL"):
+        home = Path(os.environ.setdefault("PREFECT_HOME", str(Path(run_dir) / ".prefect")))
+        home.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # A fresh ephemeral database is migrated at start-up: slow on a busy 2-core machine.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 
 def main(args) -> int:
-    from flows.sequence import run_sequence
+    from baton.config import compose
 
-    return run_sequence(args.overrides, args.stages.split(","))
+    overrides = list(args.overrides)
+    if args.stages:
+        overrides.append(f"pipeline.stages=[{args.stages}]")
+    cfg = compose(overrides)  # every config error before Prefect starts
+    embedded_prefect_env(cfg.run.dir)
+    from flows.pipeline import post_training
+
+    result = post_training(overrides)
+    print(f"[baton] pipeline run #{result['pipeline_run_id']} completed; files under {result['root']}")
+    for stage, outcome in result["stages"].items():
+        last = outcome["checkpoints"][-1] if outcome["checkpoints"] else "none"
+        print(f"[baton]   {stage}: {outcome['status']} at step {outcome['step']}; latest checkpoint {last}")
+    print("[baton] browse: baton lineage show run.dir=... | baton ui run.dir=...")
+    return 0

@@ -19,11 +19,17 @@ from baton.errors import BatonError
 from ckpt.layout import checkpoints_dir, stage_dir
 from stages.run_files import RESULT
 
+ERROR_FILE = "worker_error.json"
+
 
 class StageFailed(BatonError):
-    def __init__(self, stage: str, returncode: int, log_hint: str):
-        self.stage, self.returncode = stage, returncode
-        super().__init__(f"stage '{stage}' workers exited with code {returncode}; {log_hint}")
+    """`infrastructure`: the workers died without a Python error (killed, lost rendezvous);
+    only those failures are worth retrying."""
+
+    def __init__(self, stage: str, returncode: int, log_hint: str, infrastructure: bool = False):
+        self.stage, self.returncode, self.infrastructure = stage, returncode, infrastructure
+        kind = "infrastructure failure" if infrastructure else "error in the stage"
+        super().__init__(f"stage '{stage}' workers exited with code {returncode} ({kind}); {log_hint}")
 
 
 @dataclass
@@ -57,9 +63,13 @@ def launch_stage(cfg: BatonConfig, model_dir: Path, parent: dict | None = None) 
         "config": as_dict(cfg), "config_hash": config_hash(cfg), "model_dir": str(model_dir),
         "parent": parent}, indent=1))
     (directory / RESULT).unlink(missing_ok=True)
+    error_file = directory / ERROR_FILE
+    error_file.unlink(missing_ok=True)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={cfg.parallel.world_size}", "-m", "stages.worker", str(launch_file)]
-    process = subprocess.Popen(command, env=worker_env())
+    # torchrun's @record writes a worker's Python exception here; its absence after a
+    # failure means the workers were killed or never met (infrastructure).
+    process = subprocess.Popen(command, env={**worker_env(), "TORCHELASTIC_ERROR_FILE": str(error_file)})
     previous = signal.signal(signal.SIGTERM, lambda *_: process.send_signal(signal.SIGTERM))
     try:
         returncode = process.wait()
@@ -68,7 +78,7 @@ def launch_stage(cfg: BatonConfig, model_dir: Path, parent: dict | None = None) 
     result_path = directory / RESULT
     if not result_path.is_file():
         raise StageFailed(cfg.stage.name, returncode, "no result file was written; see the "
-                          "worker output above")
+                          "worker output above", infrastructure=not error_file.exists())
     raw = json.loads(result_path.read_text())
     return StageResult(raw["status"], raw["progress"]["step"], raw["checkpoints"],
                        checkpoints_dir(cfg.run.dir, cfg.stage.name), raw)

@@ -54,12 +54,16 @@ def _create_builtin(spec: ModelConfig, seed: int, directory: Path) -> None:
     tmp.rename(directory)  # a half-written model directory is never picked up
 
 
-def load_model_and_tokenizer(directory: str | Path):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_model_and_tokenizer(directory: str | Path, model_class=None):
+    """`model_class(config)` picks the class (default: the config's causal LM); a head the
+    directory lacks (e.g. a reward model's `score`) is freshly initialised."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    cls = AutoModelForCausalLM if model_class is None else model_class(AutoConfig.from_pretrained(str(directory)))
+    extra = {"num_labels": 1} if cls.__name__.endswith("ForSequenceClassification") else {}
     # eager attention: deterministic on CPU and identical across ranks.
-    model = AutoModelForCausalLM.from_pretrained(str(directory), attn_implementation="eager")
+    model = cls.from_pretrained(str(directory), attn_implementation="eager", **extra)
     return model, tokenizer
 
 
@@ -70,16 +74,22 @@ def model_identity(model, tokenizer) -> dict:
             "num_attention_heads", "num_key_value_heads", "max_position_embeddings",
             "tie_word_embeddings", "rope_theta")
     identity = {k: config.get(k) for k in keep}
+    # The class tells a reward model (scalar head) from a policy with the same backbone.
+    identity["architecture"] = getattr(model, "architecture_name", None) or type(model).__name__
     identity["tokenizer.vocab_size"] = len(tokenizer)
     identity["tokenizer.class"] = type(tokenizer).__name__
     return identity
 
 
-def model_identity_from_dir(directory: str | Path) -> dict:
-    """`model_identity` without loading weights (used before workers start)."""
+def model_identity_from_dir(directory: str | Path, stage: str = "cpt") -> dict:
+    """`model_identity` of the model `stage` trains, without loading weights (used before
+    workers start)."""
     from transformers import AutoConfig, AutoTokenizer
+
+    from stages.objectives import OBJECTIVES
 
     class _Shell:
         config = AutoConfig.from_pretrained(str(directory))
+        architecture_name = OBJECTIVES[stage].model_class(config).__name__
 
     return model_identity(_Shell, AutoTokenizer.from_pretrained(str(directory)))

@@ -1,7 +1,11 @@
 """CPT and SFT objectives: how a micro-batch is built and what its loss is.
 
 Kept flat on purpose (torchtune recipes): each objective is a small class with
-`batch(split, indices)`, `loss(model, batch)` and `evaluate(model)`.
+`batch(split, indices)`, `loss(model, batch)` and `evaluate(model)`. The worker also
+calls four hooks whose defaults here suit a plain causal LM: `build_model(model_dir)`
+(which model class a stage trains), `setup(model_dir)` (frozen helper models),
+`step_metrics()` (extra per-step metrics, a collective) and `state_dict()` /
+`load_state_dict()` (objective state saved in checkpoints; None when there is none).
 """
 from __future__ import annotations
 
@@ -22,6 +26,34 @@ class CausalLMObjective:
 
     def __init__(self, stage_cfg, tokenizer, tasks: ArithmeticTasks):
         self.cfg, self.tokenizer, self.tasks = stage_cfg, tokenizer, tasks
+
+    @staticmethod
+    def model_class(config):
+        """The Hugging Face class this objective trains, for a model config."""
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+        return MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
+
+    @classmethod
+    def build_model(cls, model_dir):
+        """(model, tokenizer) from a model directory, as `model_class` says."""
+        from stages.model import load_model_and_tokenizer
+        return load_model_and_tokenizer(model_dir, cls.model_class)
+
+    def setup(self, model_dir) -> None:
+        """Load frozen helper models (RL: reference, reward model); nothing for LM stages."""
+
+    def at_step(self, step: int) -> None:
+        """Told the optimizer step before each micro-step (RL seeds its rollouts with it)."""
+
+    def step_metrics(self) -> dict:
+        """Extra metrics of the step just finished (all ranks call it: may all-reduce)."""
+        return {}
+
+    def state_dict(self) -> dict | None:
+        return None
+
+    def load_state_dict(self, state: dict) -> None:
+        """LM objectives keep no state of their own."""
 
     def dataset_size(self, split: str) -> int:
         return self.tasks.size(split)
@@ -86,5 +118,26 @@ class SftObjective(CausalLMObjective):
             rows.append((ids, labels))
         return rows
 
+    @torch.no_grad()
+    def evaluate(self, model) -> dict:
+        """Held-out loss plus greedy exact-match accuracy: the SFT score used to select
+        checkpoints (a handful of answer tokens per prompt keeps it cheap)."""
+        from stages.sampling import greedy_accuracy
 
-OBJECTIVES = {"cpt": CptObjective, "sft": SftObjective}
+        result = super().evaluate(model)
+        result["eval_accuracy"] = greedy_accuracy(model, self.tokenizer, self.tasks, HELDOUT,
+                                                  self.cfg.eval_samples, self.cfg.max_new_tokens)
+        return result
+
+
+def __getattr__(name: str):
+    """`OBJECTIVES`, built on first use: rm and rl subclass the objectives above, so
+    importing them while this module loads would be circular."""
+    if name != "OBJECTIVES":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from stages.rl import RlObjective
+    from stages.rm import RmObjective
+
+    registry = {"cpt": CptObjective, "sft": SftObjective, "rm": RmObjective, "rl": RlObjective}
+    globals()["OBJECTIVES"] = registry
+    return registry

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 METRICS, RESULT = "metrics.jsonl", "result.json"
+BASIC = ("step", "loss", "lr", "tokens", "samples", "seconds")
 
 
 def library_versions() -> dict:
@@ -41,7 +42,9 @@ class RunFiles:
         self._t_last = now
         with open(self.directory / METRICS, "a") as handle:
             handle.write(json.dumps(record) + "\n")
-        evals = " ".join(f"{k} {v:.4f}" for k, v in record.items() if k.startswith("eval_"))
+        # Objective metrics (RL: reward, kl, entropy, ...) and evaluations follow the basics.
+        evals = " ".join(f"{k} {v:.4f}" for k, v in record.items()
+                         if k not in BASIC and isinstance(v, float))
         print(f"[{stage}] step {record['step']}/{max_steps} loss {record['loss']:.4f} "
               f"lr {record['lr']:.2e} tokens {record['tokens']} {record['seconds']:.2f}s {evals}",
               flush=True)
@@ -52,11 +55,13 @@ class RunFiles:
                 "versions": library_versions(), "parent": launch.get("parent"),
                 "argv": sys.argv}
 
-    def result(self, status: str, progress, saved: list[dict], seconds: float) -> None:
+    def result(self, status: str, progress, saved: list[dict], seconds: float,
+               init_from: dict | None = None) -> None:
+        """`init_from`: the new/dropped parameters reported when stage.init_from was loaded."""
         if not self.writer:
             return
         payload = {"status": status, "progress": progress.state_dict(), "checkpoints": saved,
-                   "seconds": round(seconds, 2)}
+                   "seconds": round(seconds, 2), "init_from": init_from}
         tmp = self.directory / (RESULT + ".tmp")
         tmp.write_text(json.dumps(payload, indent=1))
         tmp.replace(self.directory / RESULT)

@@ -16,14 +16,16 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 
 from baton.config.compose import from_dict
-from ckpt.checkpointer import Checkpointer, SavePayload, load_complete, resolve_resume
+from ckpt.checkpointer import Checkpointer, SavePayload, load_complete
+from ckpt.layout import resolve_resume
 from ckpt.layout import checkpoints_dir, stage_dir
 from ckpt.state import RngState, TrainingProgress, derived_seed, seed_everything
 from stages import grad_accum, objectives, run_files
 from stages.engine_setup import build_engine, init_distributed
-from stages.model import load_model_and_tokenizer, model_identity
+from stages.model import model_identity
 from stages.sampler import GlobalSampler
 from stages.tasks import TRAIN, ArithmeticTasks
 
@@ -53,13 +55,13 @@ class StageWorker:
         self.rank, self.world = init_distributed(self.cfg.parallel)
         s = self.cfg.stage
         seed_everything(derived_seed(self.cfg.seed, s.name, self.rank))
-        model, self.tokenizer = load_model_and_tokenizer(launch["model_dir"])
-        if s.init_from:
-            from ckpt.weights import load_weights_into
-            load_weights_into(model, s.init_from)
+        objective_cls = objectives.OBJECTIVES[s.name]
+        model, self.tokenizer = objective_cls.build_model(launch["model_dir"])
+        self.init_report = self._init_weights(model)
         self.identity = model_identity(model, self.tokenizer)
         tasks = ArithmeticTasks(self.cfg.seed, self.cfg.data.max_operand, self.cfg.data.heldout_fraction)
-        self.objective = objectives.OBJECTIVES[s.name](s, self.tokenizer, tasks)
+        self.objective = objective_cls(s, self.tokenizer, tasks)
+        self.objective.setup(launch["model_dir"])
         self.engine = build_engine(model, s, self.cfg.parallel)
         self.sampler = GlobalSampler(self.objective.dataset_size(TRAIN), s.global_batch,
                                      s.micro_batch, self.world, self.cfg.seed)
@@ -75,10 +77,22 @@ class StageWorker:
         self.preemption = Preemption()
         self.window = grad_accum.Window()
         self.saved: list[dict] = []
+        if self.init_report is not None:
+            self.files.log(f"init_from {s.init_from}: new parameters (freshly initialised) "
+                           f"{self.init_report['new']}, dropped {self.init_report['dropped']}")
+
+    def _init_weights(self, model) -> dict | None:
+        """Load stage.init_from into the model; report the parameters that are new (a head
+        the checkpoint lacks) and the ones dropped (a head this model lacks)."""
+        if not self.cfg.stage.init_from:
+            return None
+        from ckpt.weights import load_weights_into
+        return load_weights_into(model, self.cfg.stage.init_from)
 
     # -- one micro-step -------------------------------------------------------------
     def micro_step(self, micro: int) -> None:
         indices = self.sampler.micro_batch_indices(self.progress.step, micro, self.rank)
+        self.objective.at_step(self.progress.step)
         batch = self.objective.batch(TRAIN, indices)
         loss = self.objective.loss(self.engine, batch)
         self.engine.backward(loss)
@@ -114,6 +128,7 @@ class StageWorker:
         self.sampler.advance_to_step(p.step)
         record = {"step": p.step, "loss": loss_sum / self.accum,
                   "lr": self.engine.get_lr()[0], "tokens": p.tokens_seen, "samples": p.samples_seen}
+        record.update(self.objective.step_metrics())  # collective: every rank calls it
         if p.step % s.eval_every == 0 or p.step == s.max_steps:
             record.update(self.objective.evaluate(self.engine.module))
         self.files.step(record, s.name, s.max_steps)
@@ -133,7 +148,7 @@ class StageWorker:
         payload = SavePayload(
             progress=self.progress.state_dict(), data=self.sampler.state_dict(),
             meta=self.files.meta(self.launch, self.identity, self.parallel),
-            rng=RngState.state_dict())
+            rng=RngState.state_dict(), objective=self.objective.state_dict())
         if mid_window:
             payload.grad_record = self.window.record(self.progress)
             payload.grad_buffers = grad_accum.readable_buffers(self.engine, self.cfg.parallel.zero_stage)
@@ -155,11 +170,14 @@ class StageWorker:
         self.engine.micro_steps = self.progress.micro_step
         if state["grad_record"] is not None:
             grad_accum.replay(self, state)
+        if state["objective"] is not None:
+            self.objective.load_state_dict(state["objective"])
         RngState.load_state_dict(state["rng"])
         self.files.log(f"resumed from {path} at step {self.progress.step}"
                        f" micro-step {self.progress.micro_step}")
 
 
+@record
 def main(launch_path: str) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     launch = json.loads(Path(launch_path).read_text())
@@ -167,7 +185,8 @@ def main(launch_path: str) -> int:
     t0 = time.time()
     worker.resume()
     status = worker.train()
-    worker.files.result(status, worker.progress, worker.saved, time.time() - t0)
+    worker.files.result(status, worker.progress, worker.saved, time.time() - t0,
+                        init_from=worker.init_report)
     dist.barrier()
     dist.destroy_process_group()
     return 0

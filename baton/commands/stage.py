@@ -11,7 +11,7 @@ def add_arguments(parser) -> None:
 def prepare(overrides: list[str], name: str):
     """Compose + validate the config and check a resume target before any worker starts."""
     from baton.config import compose
-    from ckpt.checkpointer import resolve_resume
+    from ckpt.layout import resolve_resume
     from ckpt.compat import check_resumable
     from ckpt.layout import checkpoints_dir
     from stages.model import ensure_model_dir, model_identity_from_dir
@@ -23,7 +23,7 @@ def prepare(overrides: list[str], name: str):
     target = resolve_resume(cfg.resume, checkpoints_dir(cfg.run.dir, name))
     if target is not None:
         parallel = {"world_size": cfg.parallel.world_size, "zero_stage": cfg.parallel.zero_stage}
-        check_resumable(target, name, parallel, model_identity_from_dir(model_dir))
+        check_resumable(target, name, parallel, model_identity_from_dir(model_dir, name))
     return cfg, model_dir
 
 

@@ -50,22 +50,22 @@ def _describe(override: str, exc: Exception) -> str:
 
 def compose(overrides: list[str] | tuple[str, ...] = (), config_name: str = "pipeline") -> BatonConfig:
     """Compose, type-check and validate; raise ConfigError listing every problem."""
-    overrides = list(overrides)
     found: list[str] = []
+    good: list[str] = []
     for override in overrides:
         if "=" not in override:
             found.append(f"{override!r}: expected key=value (e.g. parallel.world_size=2)")
             continue
         try:
             _compose_raw([override], config_name)
+            good.append(override)
         except Exception as exc:  # Hydra/OmegaConf raise several unrelated types
             found.append(_describe(override, exc))
-    if found:
-        raise ConfigError(found)
-    raw = _compose_raw(overrides, config_name)
-    cfg: BatonConfig = OmegaConf.to_object(raw)
+    # The remaining checks run on the overrides that did parse, so one run reports
+    # both kinds of mistake.
+    cfg: BatonConfig = OmegaConf.to_object(_compose_raw(good, config_name))
     cfg.run.dir = str(Path(cfg.run.dir).expanduser().resolve())
-    found = validate.problems(cfg)
+    found += validate.problems(cfg)
     if found:
         raise ConfigError(found)
     return cfg

@@ -85,6 +85,27 @@ class StageConfig:
     """Held-out samples per evaluation."""
     init_from: Optional[str] = None
     """Checkpoint directory whose weights start this stage (null: the model directory)."""
+    # -- RL (GRPO) ---------------------------------------------------------------------
+    group_size: int = 8
+    """RL: completions sampled per prompt; advantages are normalised within the group."""
+    temperature: float = 1.0
+    """RL: sampling temperature of rollouts (and of the entropy probe at handoffs)."""
+    max_new_tokens: int = 4
+    """RL: tokens generated per completion."""
+    kl_coef: float = 0.05
+    """RL: initial coefficient of the KL penalty to the frozen reference."""
+    kl_target: Optional[float] = None
+    """RL: adaptive KL controller target (null keeps kl_coef fixed)."""
+    kl_horizon: int = 100
+    """RL: adaptive KL controller horizon in steps."""
+    reward_checker_weight: float = 1.0
+    """RL: weight of the task checker's 0/1 reward."""
+    reward_model_weight: float = 0.0
+    """RL: weight of the trained reward model's score."""
+    reference_from: Optional[str] = None
+    """RL: checkpoint of the frozen reference policy (default: init_from)."""
+    reward_model_from: Optional[str] = None
+    """RL: reward-model checkpoint used when reward_model_weight > 0."""
 
 
 @dataclass
@@ -112,6 +133,59 @@ class DebugConfig:
 
 
 @dataclass
+class SelectionConfig:
+    criterion: str = "latest"
+    """latest | best_score | entropy_floor | entropy_tolerance (see conf/selection/)."""
+    score_metric: str = "accuracy"
+    """Diagnostic used as the score; a leading '-' means lower is better (-heldout_loss)."""
+    entropy_floor: float = 0.0
+    """entropy_floor: candidates below this mean token entropy are ineligible."""
+    score_tolerance: float = 0.0
+    """entropy_tolerance: candidates within this of the best score are eligible."""
+    probe_prompts: int = 16
+    """Held-out probe prompts per candidate."""
+    samples_per_prompt: int = 8
+    """Samples per probe prompt at the rollout temperature (pass@k's n)."""
+    k: int = 4
+    """k of pass@k."""
+
+
+@dataclass
+class CarryPolicy:
+    """What crosses a stage boundary; everything not carried is reset (and recorded)."""
+
+    weights: bool = True
+    optimizer: bool = False
+    """Adam moments; needs identical parameters on both sides (not SFT->RM: new head)."""
+    scheduler: bool = False
+    """LR scheduler position."""
+    rng: bool = False
+    """Per-rank RNG streams; when reset they are derived from (seed, stage, rank)."""
+
+
+@dataclass
+class HandoffConfig:
+    from_stage: str = "cpt"
+    to_stage: str = "sft"
+    role: str = "policy"
+    """What the chosen checkpoint becomes downstream: policy | reward_model."""
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
+    carry: CarryPolicy = field(default_factory=CarryPolicy)
+
+
+@dataclass
+class PipelineConfig:
+    stages: list[str] = field(default_factory=lambda: ["cpt", "sft", "rm", "rl"])
+    """Stages in order; each after the first starts from handoffs into it."""
+    parallel: dict[str, str] = field(default_factory=dict)
+    """Stage -> conf/parallel/<name>.yaml (the layout usually changes at a boundary)."""
+    overrides: dict[str, list[str]] = field(default_factory=dict)
+    """Stage -> extra overrides for that stage only (e.g. ["stage.max_steps=40"])."""
+    handoffs: dict[str, HandoffConfig] = field(default_factory=dict)
+    """Boundary name -> how its checkpoint is selected and what carries."""
+
+
+@dataclass
 class BatonConfig:
     run: RunConfig = field(default_factory=RunConfig)
     seed: int = 1234
@@ -125,3 +199,4 @@ class BatonConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)

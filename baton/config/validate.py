@@ -39,6 +39,30 @@ def problems(cfg: BatonConfig) -> list[str]:
     if s.seq_len > cfg.model.max_position_embeddings and cfg.model.path is None:
         found.append(f"stage.seq_len={s.seq_len} exceeds model.max_position_embeddings="
                      f"{cfg.model.max_position_embeddings}")
+    if s.name == "rl":
+        found += _rl_problems(s)
     if not 0.0 < cfg.data.heldout_fraction < 1.0:
         found.append(f"data.heldout_fraction={cfg.data.heldout_fraction}: expected in (0, 1)")
+    return found
+
+
+def _rl_problems(s) -> list[str]:
+    found = []
+    if s.group_size < 2:
+        found.append(f"stage.group_size={s.group_size}: expected >= 2 (advantages are "
+                     "normalised within a group, a group of one has none)")
+    if s.temperature <= 0:
+        found.append(f"stage.temperature={s.temperature}: expected > 0 (rollouts are sampled)")
+    if s.max_new_tokens < 1:
+        found.append(f"stage.max_new_tokens={s.max_new_tokens}: expected >= 1")
+    if s.kl_target is not None and (s.kl_target <= 0 or s.kl_horizon < 1):
+        found.append(f"stage.kl_target={s.kl_target} stage.kl_horizon={s.kl_horizon}: expected "
+                     "kl_target > 0 and kl_horizon >= 1 (or kl_target=null for a fixed kl_coef)")
+    if s.reward_model_weight > 0 and s.reward_model_from is None:
+        found.append(f"stage.reward_model_weight={s.reward_model_weight} needs "
+                     "stage.reward_model_from=<rm checkpoint>; or set reward_model_weight=0")
+    for key in ("reference_from", "reward_model_from"):
+        value = getattr(s, key)
+        if value is not None and not Path(value).is_dir():
+            found.append(f"stage.{key}={value!r}: no such checkpoint directory")
     return found

@@ -1,0 +1,113 @@
+"""Lineage + MLflow writes the flow makes, in one place (the flow itself holds no SQL).
+
+Every task opens its own `Recording` from the composed config, so tasks can run in
+other processes (Prefect workers) with nothing but ids and paths passed between them.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from baton.config.compose import as_dict, config_hash
+from ckpt import manifest as manifest_io
+from stages.run_files import METRICS
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def code_version() -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+class Recording:
+    def __init__(self, cfg):
+        from lineage import LineageStore, mlflow_lineage, store_url
+
+        self.cfg = cfg
+        self.store = LineageStore.open(store_url(cfg))
+        self.mlflow = mlflow_lineage(cfg)
+
+    # -- pipeline ---------------------------------------------------------------------
+    def start_pipeline(self, flow_run_id: str | None):
+        cfg = self.cfg
+        run = self.store.record_pipeline_run(cfg.run.name, as_dict(cfg), config_hash(cfg), cfg.seed,
+                                             code_version(), prefect_flow_run_id=flow_run_id)
+        mlflow_id = self.mlflow.start_pipeline(run)
+        if mlflow_id:
+            run = self.store.set_pipeline_mlflow_run(run.id, mlflow_id)
+        return run
+
+    def finish_pipeline(self, pipeline_run_id: int, status: str) -> None:
+        run = self.store.finish_pipeline_run(pipeline_run_id, status)
+        if run.mlflow_run_id:
+            self.mlflow.log_lineage_graph(run.mlflow_run_id, self.store, pipeline_run_id)
+            self.mlflow.finish(run.mlflow_run_id, status)
+
+    # -- stages -----------------------------------------------------------------------
+    def start_stage(self, pipeline_run_id: int, stage: str, parallel: dict, handoff_id=None):
+        run = self.store.record_stage_run(pipeline_run_id, stage, parallel, handoff_id=handoff_id)
+        parent = self.store.pipeline_run(pipeline_run_id).mlflow_run_id
+        if parent:
+            mlflow_id = self.mlflow.start_stage(parent, run)
+            if mlflow_id:
+                run = self.store.set_stage_mlflow_run(run.id, mlflow_id)
+        return run
+
+    def stage_outputs(self, stage_run, run_dir: Path, checkpoints: list[dict]) -> list:
+        """Per-step metrics to MLflow; every committed checkpoint to lineage and MLflow."""
+        trace = _read_metrics(run_dir / stage_run.stage / METRICS)
+        if stage_run.mlflow_run_id:
+            for record in trace.values():
+                numbers = {k: v for k, v in record.items() if k != "step" and isinstance(v, (int, float))}
+                self.mlflow.log_metrics(stage_run.mlflow_run_id, numbers, record["step"])
+        recorded = []
+        for saved in checkpoints:
+            path = Path(saved["path"])
+            if not (path / manifest_io.MANIFEST).is_file():
+                continue  # removed by retention since
+            manifest = manifest_io.verify(path, checksums=False)
+            progress = json.loads((path / "progress.json").read_text())
+            ckpt = self.store.record_checkpoint(
+                stage_run.id, manifest.step, str(path), manifest_io.checksum_of(path / manifest_io.MANIFEST),
+                manifest.total_bytes(), "deepspeed", manifest.parallel,
+                tokens_seen=progress["tokens_seen"], metrics=trace.get(manifest.step, {}))
+            if stage_run.mlflow_run_id:
+                self.mlflow.log_checkpoint(stage_run.mlflow_run_id, ckpt, path / manifest_io.MANIFEST)
+            recorded.append(ckpt)
+        return recorded
+
+    def finish_stage(self, stage_run_id: int, status: str) -> None:
+        run = self.store.finish_stage_run(stage_run_id, status)
+        if run.mlflow_run_id:
+            self.mlflow.finish(run.mlflow_run_id, status)
+
+    # -- handoffs ---------------------------------------------------------------------
+    def log_handoff(self, handoff_id: int, downstream_stage_run, primary: bool) -> None:
+        handoff = self.store.handoff(handoff_id)
+        if not downstream_stage_run.mlflow_run_id:
+            return
+        chosen_model = self._model_id_of(handoff.chosen_checkpoint_id)
+        self.mlflow.log_handoff(downstream_stage_run.mlflow_run_id, handoff, chosen_model,
+                                primary=primary)
+
+    def _model_id_of(self, checkpoint_id: int) -> str | None:
+        finder = getattr(self.mlflow, "model_id_for_checkpoint", None)
+        return finder(checkpoint_id) if finder else None
+
+
+def _read_metrics(path: Path) -> dict[int, dict]:
+    if not path.is_file():
+        return {}
+    trace: dict[int, dict] = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        trace[record["step"]] = record
+    return trace

@@ -1,0 +1,38 @@
+"""The config of one stage inside a pipeline run.
+
+A pipeline run keeps its stages under its own directory (`<run.dir>/pipeline-NNNN/`,
+so two runs never overwrite each other's checkpoints) while lineage and MLflow stay
+at the run home shared by all runs.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from baton.config import compose
+from baton.config.schema import BatonConfig
+
+
+def quoted(key: str, value) -> str:
+    """An override whose value may hold ':' '/' '@' (paths, URLs)."""
+    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
+    return f"{key}='{text}'"
+
+
+def pipeline_root(cfg: BatonConfig, pipeline_run_id: int) -> Path:
+    return Path(cfg.run.dir) / f"pipeline-{pipeline_run_id:04d}"
+
+
+def stage_config(overrides: list[str], stage: str | None, stage_root: str | None = None,
+                 extra: list[str] | None = None) -> BatonConfig:
+    top = compose(overrides)
+    if stage is None:
+        return top
+    from lineage.urls import mlflow_uri, store_url
+
+    layout = top.pipeline.parallel.get(stage)
+    group = [f"stage={stage}"] + ([f"parallel={layout}"] if layout else [])
+    pinned = [quoted("store.url", store_url(top)), quoted("mlflow.tracking_uri", mlflow_uri(top))]
+    if stage_root is not None:
+        pinned.append(quoted("run.dir", stage_root))
+    return compose([*group, *overrides, *top.pipeline.overrides.get(stage, []), *pinned,
+                    *(extra or [])])

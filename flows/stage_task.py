@@ -1,0 +1,65 @@
+"""The stage task: launch a stage's workers from its handoff inputs and record the outcome.
+
+Retries are for infrastructure only (a worker killed by a signal, a rendezvous that
+never formed); a Python error in the training code fails the task at once.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from flows.stage_config import quoted, stage_config
+
+
+def infrastructure_only(task, task_run, state) -> bool:
+    from stages.launch import StageFailed
+
+    try:
+        state.result()
+    except StageFailed as exc:
+        return exc.infrastructure
+    except Exception:
+        return False
+    return False
+
+
+def _inputs_as_overrides(inputs: list[dict]) -> tuple[dict | None, list[str]]:
+    policy = next((i for i in inputs if i["role"] == "policy"), None)
+    extra = [quoted("stage.init_from", policy["input_path"])] if policy else []
+    extra += [quoted("stage.reward_model_from", i["input_path"])
+              for i in inputs if i["role"] == "reward_model"]
+    return policy, extra
+
+
+@task(name="stage", retries=1, retry_delay_seconds=5, retry_condition_fn=infrastructure_only,
+      cache_policy=NO_CACHE)
+def run_stage(overrides: list[str], stage: str, pipeline_run_id: int, root: str,
+              inputs: list[dict]) -> dict:
+    from flows.recording import Recording
+    from stages.launch import StageFailed, launch_stage
+    from stages.model import ensure_model_dir
+
+    policy, extra = _inputs_as_overrides(inputs)
+    cfg = stage_config(overrides, stage, root, extra)
+    rec = Recording(cfg)
+    parallel = {"world_size": cfg.parallel.world_size, "zero_stage": cfg.parallel.zero_stage}
+    stage_run = rec.start_stage(pipeline_run_id, stage, parallel,
+                                handoff_id=policy["handoff_id"] if policy else None)
+    for item in inputs:
+        if item is not policy:
+            rec.store.link_handoff_to_stage_run(item["handoff_id"], stage_run.id)
+        rec.log_handoff(item["handoff_id"], stage_run, primary=item is policy)
+    parent = {"handoffs": [i["handoff_id"] for i in inputs], "stage_run_id": stage_run.id,
+              "init_from": cfg.stage.init_from}
+    try:
+        result = launch_stage(cfg, ensure_model_dir(cfg), parent)
+    except StageFailed as exc:
+        rec.store.record_event(stage_run.id, "trainer", "failure", detail={"error": str(exc)})
+        rec.finish_stage(stage_run.id, "failed")
+        raise
+    recorded = rec.stage_outputs(stage_run, Path(cfg.run.dir), result.checkpoints)
+    rec.finish_stage(stage_run.id, result.status)
+    return {"stage_run_id": stage_run.id, "status": result.status, "step": result.step,
+            "checkpoints": [c.path for c in recorded]}

@@ -1,0 +1,93 @@
+"""`baton lineage show | trace | handoff`: browse the lineage store.
+
+Imports of SQLAlchemy and rich happen inside `main`, so `baton --help` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    show = sub.add_parser("show", help="tree of a pipeline run (default: the latest)")
+    show.add_argument("pipeline_id", nargs="?", type=int, help="pipeline run id")
+    trace = sub.add_parser("trace", help="ancestry of a checkpoint back to the first stage")
+    trace.add_argument("checkpoint", help="checkpoint id or directory")
+    handoff = sub.add_parser("handoff", help="candidates of a handoff and why one won")
+    handoff.add_argument("handoff_id", type=int, help="handoff id")
+    for cmd in (show, trace, handoff):
+        cmd.add_argument("--json", action="store_true", help="print records as JSON")
+
+
+def _console():
+    from rich.console import Console
+    # Off a terminal (pipes, tests) rich would wrap at 80 columns and cut the tables.
+    return Console(width=None if sys.stdout.isatty() else 200, soft_wrap=False)
+
+
+def _print_json(data) -> None:
+    from lineage.records import to_jsonable
+    print(json.dumps(to_jsonable(data), indent=2, sort_keys=False))
+
+
+def show(store, args) -> int:
+    from lineage import render
+    from lineage.errors import UnknownRecord
+    if args.pipeline_id is None:
+        pipeline = store.latest_pipeline_run()
+        if pipeline is None:
+            raise UnknownRecord("pipeline run", "latest", store.url,
+                                "the store is empty: run `baton run` first")
+    else:
+        pipeline = store.pipeline_run(args.pipeline_id)
+    runs = store.stage_runs(pipeline.id)
+    checkpoints = {run.id: store.checkpoints(run.id) for run in runs}
+    handoffs = store.handoffs(pipeline.id)
+    if args.json:
+        _print_json({"pipeline_run": pipeline, "stage_runs": [
+            {**_record(run), "checkpoints": checkpoints[run.id]} for run in runs],
+            "handoffs": handoffs})
+        return 0
+    _console().print(render.pipeline_tree(pipeline, runs, checkpoints, handoffs))
+    return 0
+
+
+def _record(record) -> dict:
+    from lineage.records import to_jsonable
+    return to_jsonable(record)
+
+
+def trace(store, args) -> int:
+    from lineage import render
+    key = args.checkpoint
+    checkpoint = store.checkpoint(int(key)) if key.isdigit() else store.checkpoint_by_path(key)
+    chain = store.ancestry(checkpoint.id)
+    if args.json:
+        _print_json(chain)
+        return 0
+    _console().print(render.ancestry_tree(chain))
+    return 0
+
+
+def handoff(store, args) -> int:
+    from lineage import render
+    record = store.handoff(args.handoff_id)
+    if args.json:
+        _print_json(record)
+        return 0
+    console = _console()
+    console.print(render.handoff_header(record))
+    console.print(render.candidates_table(record))
+    console.print(f"why step {record.chosen_step} won: {record.reason}")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    from baton.config import compose
+    from lineage.store import LineageStore
+    from lineage.urls import store_url
+    cfg = compose(args.overrides)
+    with LineageStore.open(store_url(cfg), create=False) as store:
+        return {"show": show, "trace": trace, "handoff": handoff}[args.action](store, args)

@@ -1,0 +1,37 @@
+"""`baton ui [--port N]`: the MLflow UI on 127.0.0.1 against this run's tracking store."""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+DEFAULT_PORT = 5000
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port on 127.0.0.1")
+
+
+def server_command(tracking_uri: str, artifact_root: str, port: int) -> list[str]:
+    """`mlflow server` bound to loopback only: the UI has no authentication."""
+    return [sys.executable, "-m", "mlflow", "server",
+            "--backend-store-uri", tracking_uri,
+            "--default-artifact-root", Path(artifact_root).resolve().as_uri(),
+            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+
+
+def main(args: argparse.Namespace) -> int:
+    from baton.config import compose
+    from lineage.urls import artifact_root, mlflow_uri, safe_url
+    cfg = compose(args.overrides)
+    uri, root = mlflow_uri(cfg), artifact_root(cfg)
+    Path(root).mkdir(parents=True, exist_ok=True)
+    print(f"MLflow UI for {safe_url(uri)} at http://127.0.0.1:{args.port} (Ctrl-C to stop)")
+    process = subprocess.Popen(server_command(uri, root, args.port))
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        process.terminate()
+        process.wait(timeout=10)
+        return 0

@@ -1,0 +1,252 @@
+"""MLflow view of the lineage: one parent run per pipeline run, one nested child run per
+stage run, each checkpoint an external logged model (files stay where they are) that
+is an output of its stage run and an input of the run it was handed to.
+
+Every call names its run explicitly through `MlflowClient`: the pipeline runs inside
+Prefect tasks, where MLflow's global "active run" would leak between tasks.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from lineage import records as r
+
+EXPERIMENT = "baton"
+STATUS = {"completed": "FINISHED", "failed": "FAILED", "preempted": "KILLED",
+          "running": "RUNNING"}
+HANDOFF_TAGS = ("id", "criterion", "chosen_step", "entropy", "from_stage")
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    flat: dict[str, str] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, name + "."))
+        else:
+            flat[name] = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+    return flat
+
+
+def handoff_markdown(handoff: r.Handoff) -> str:
+    """What was chosen at a handoff and why, for the run's description."""
+    entropy = "n/a" if handoff.entropy is None else f"{handoff.entropy:.4f}"
+    lines = [
+        f"### Handoff {handoff.id}: {handoff.from_stage} → {handoff.to_stage}",
+        "",
+        f"Chose checkpoint {handoff.chosen_checkpoint_id} at step **{handoff.chosen_step}** by "
+        f"criterion `{handoff.criterion}` {json.dumps(handoff.criterion_params)}; "
+        f"policy entropy {entropy}.",
+        "",
+        f"**Why:** {handoff.reason}",
+        "",
+        "| rank | step | eligible | metrics | rejected because |",
+        "|---|---|---|---|---|",
+    ]
+    for c in handoff.candidates:
+        mark = " ✔" if c.chosen else ""
+        metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                            for k, v in sorted(c.metrics.items()))
+        lines.append(f"| {c.rank if c.rank is not None else '-'}{mark} | {c.step} | "
+                     f"{'yes' if c.eligible else 'no'} | {metrics} | {c.rejection_reason or ''} |")
+    if handoff.carry_policy:
+        lines += ["", f"**Carry policy:** `{json.dumps(handoff.carry_policy, sort_keys=True)}`"]
+    return "\n".join(lines) + "\n"
+
+
+def candidates_table(handoff: r.Handoff) -> dict[str, list]:
+    """Column-wise candidates table with one column per metric any candidate has."""
+    metric_names = sorted({k for c in handoff.candidates for k in c.metrics})
+    table: dict[str, list] = {k: [] for k in (
+        "checkpoint_id", "step", "rank", "chosen", "eligible", "rejection_reason", "path")}
+    table.update({f"metric.{k}": [] for k in metric_names})
+    for c in handoff.candidates:
+        for key in ("checkpoint_id", "step", "rank", "chosen", "eligible", "path"):
+            table[key].append(getattr(c, key))
+        table["rejection_reason"].append(c.rejection_reason or "")
+        for k in metric_names:
+            table[f"metric.{k}"].append(c.metrics.get(k))
+    return table
+
+
+class MlflowLineage:
+    """Mirror of the lineage store in an MLflow tracking store."""
+
+    def __init__(self, tracking_uri: str, artifact_root: str, experiment: str = EXPERIMENT):
+        self.tracking_uri = tracking_uri
+        self.artifact_root = str(Path(artifact_root).resolve())
+        self.experiment = experiment
+        self._client = None
+        self._experiment_id: Optional[str] = None
+
+    @property
+    def client(self):
+        if self._client is None:
+            from mlflow import MlflowClient
+            self._client = MlflowClient(tracking_uri=self.tracking_uri)
+        return self._client
+
+    def experiment_id(self) -> str:
+        if self._experiment_id is None:
+            found = self.client.get_experiment_by_name(self.experiment)
+            if found is not None:
+                self._experiment_id = found.experiment_id
+            else:
+                Path(self.artifact_root).mkdir(parents=True, exist_ok=True)
+                # The kind tag makes MLflow's UI open the experiment on its training-runs
+                # view rather than the GenAI traces overview.
+                self._experiment_id = self.client.create_experiment(
+                    self.experiment, artifact_location=Path(self.artifact_root).as_uri(),
+                    tags={"mlflow.experimentKind": "custom_model_development"})
+        return self._experiment_id
+
+    def start_pipeline(self, pipeline: r.PipelineRun) -> str:
+        from mlflow.entities import Param
+        run = self.client.create_run(
+            self.experiment_id(), run_name=f"{pipeline.name} #{pipeline.id}",
+            tags={"baton.kind": "pipeline", "baton.pipeline_run.id": str(pipeline.id),
+                  "baton.config_hash": pipeline.config_hash, "baton.seed": str(pipeline.seed),
+                  "baton.code_version": pipeline.code_version,
+                  "baton.prefect_flow_run_id": pipeline.prefect_flow_run_id or ""})
+        run_id = run.info.run_id
+        self.client.log_dict(run_id, pipeline.config, "config/resolved.json")
+        params = [Param(k[:250], v[:6000]) for k, v in _flatten(pipeline.config).items()]
+        for start in range(0, len(params), 100):  # MLflow's batch limit
+            self.client.log_batch(run_id, params=params[start:start + 100])
+        return run_id
+
+    def start_stage(self, parent_run_id: str, stage_run: r.StageRun) -> str:
+        run = self.client.create_run(
+            self.experiment_id(), run_name=f"{stage_run.stage} attempt {stage_run.attempt}",
+            tags={"mlflow.parentRunId": parent_run_id, "baton.kind": "stage",
+                  "baton.stage": stage_run.stage, "baton.attempt": str(stage_run.attempt),
+                  "baton.stage_run.id": str(stage_run.id),
+                  "baton.pipeline_run.id": str(stage_run.pipeline_run_id)})
+        from mlflow.entities import Param
+        params = [Param(f"parallel.{k}", str(v)) for k, v in stage_run.parallel_config.items()]
+        if params:
+            self.client.log_batch(run.info.run_id, params=params)
+        return run.info.run_id
+
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+        now = int(time.time() * 1000)
+        batch = [Metric(k, float(v), now, step) for k, v in metrics.items()]
+        if batch:
+            self.client.log_batch(run_id, metrics=batch)
+
+    def log_checkpoint(self, stage_run_mlflow_id: str, checkpoint: r.Checkpoint,
+                       manifest_path: Optional[str | Path] = None) -> str:
+        """Register a committed checkpoint as an external logged model; return its id."""
+        from mlflow.entities import LoggedModelOutput, LoggedModelStatus, Metric
+        from mlflow.utils.mlflow_tags import MLFLOW_MODEL_IS_EXTERNAL
+        client = self.client
+        model = client.create_logged_model(
+            experiment_id=self.experiment_id(),
+            name=f"{checkpoint.stage}-step-{checkpoint.step:06d}",
+            source_run_id=stage_run_mlflow_id, model_type="baton-checkpoint",
+            tags={MLFLOW_MODEL_IS_EXTERNAL: "true", "baton.checkpoint.id": str(checkpoint.id),
+                  "baton.checkpoint.path": checkpoint.path, "baton.stage": checkpoint.stage,
+                  "baton.checkpoint.format": checkpoint.format},
+            params={"step": str(checkpoint.step), "tokens_seen": str(checkpoint.tokens_seen),
+                    "bytes": str(checkpoint.bytes), "format": checkpoint.format,
+                    "manifest_checksum": checkpoint.manifest_checksum,
+                    **{f"parallel.{k}": str(v) for k, v in checkpoint.parallel_config.items()}})
+        self._log_model_files(model, checkpoint, manifest_path)
+        client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+        client.log_outputs(stage_run_mlflow_id,
+                           [LoggedModelOutput(model.model_id, checkpoint.step)])
+        now = int(time.time() * 1000)
+        numeric = {k: float(v) for k, v in checkpoint.metrics.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if numeric:
+            client.log_batch(stage_run_mlflow_id, metrics=[
+                Metric(k, v, now, checkpoint.step, model_id=model.model_id)
+                for k, v in numeric.items()])
+        return model.model_id
+
+    def _log_model_files(self, model, checkpoint: r.Checkpoint, manifest_path) -> None:
+        # Only small metadata travels: the MLmodel stub that marks the model external,
+        # the manifest and the lineage record. The weights stay at checkpoint.path.
+        from mlflow.models.model import MLMODEL_FILE_NAME
+        from mlflow.models.utils import get_external_mlflow_model_spec
+        with tempfile.TemporaryDirectory() as tmp:
+            get_external_mlflow_model_spec(model).save(str(Path(tmp) / MLMODEL_FILE_NAME))
+            (Path(tmp) / "baton_checkpoint.json").write_text(
+                json.dumps(r.to_jsonable(checkpoint), indent=2, sort_keys=True))
+            if manifest_path is not None and Path(manifest_path).is_file():
+                (Path(tmp) / "manifest.json").write_bytes(Path(manifest_path).read_bytes())
+            self.client.log_model_artifacts(model.model_id, tmp)
+
+    def log_handoff(self, downstream_run_id: str, handoff: r.Handoff,
+                    chosen_model_id: Optional[str], *, primary: bool = True) -> None:
+        """Tags, candidates table, description and model input of one handoff.
+
+        The primary handoff (the policy's) owns the `baton.handoff.*` tags; others into
+        the same run (RM -> RL) use `baton.handoff.<from_stage>.*`.
+        """
+        from mlflow.entities import LoggedModelInput
+        prefix = "baton.handoff." if primary else f"baton.handoff.{handoff.from_stage}."
+        values = {"id": handoff.id, "criterion": handoff.criterion,
+                  "chosen_step": handoff.chosen_step,
+                  "entropy": "n/a" if handoff.entropy is None else f"{handoff.entropy:.4f}",
+                  "from_stage": handoff.from_stage}
+        for key in HANDOFF_TAGS:
+            self.client.set_tag(downstream_run_id, prefix + key, str(values[key]))
+        base = f"handoff/{handoff.id}-{handoff.from_stage}-to-{handoff.to_stage}"
+        self.client.log_table(downstream_run_id, candidates_table(handoff), f"{base}-candidates.json")
+        self.client.log_dict(downstream_run_id, r.to_jsonable(handoff), f"{base}.json")
+        note = handoff_markdown(handoff)
+        self.client.log_text(downstream_run_id, note, f"{base}.md")
+        existing = self.client.get_run(downstream_run_id).data.tags.get("mlflow.note.content")
+        # Several handoffs can feed one run (SFT and RM into RL): keep every note.
+        if existing and f"### Handoff {handoff.id}:" not in existing:
+            note = f"{existing}\n{note}"
+        self.client.set_tag(downstream_run_id, "mlflow.note.content", note)
+        if chosen_model_id:
+            self.client.log_inputs(downstream_run_id, models=[LoggedModelInput(chosen_model_id)])
+
+    def log_lineage_graph(self, parent_run_id: str, store, pipeline_id: int) -> None:
+        from lineage.graph import lineage_figure, pipeline_view
+        figure = lineage_figure(pipeline_view(store, pipeline_id))
+        self.client.log_figure(parent_run_id, figure, "lineage/lineage.png")
+
+    def finish(self, run_id: str, status: str) -> None:
+        self.client.set_terminated(run_id, STATUS.get(status, "FAILED"))
+
+
+class NullMlflowLineage:
+    """`mlflow.enabled=false`: every call is accepted and nothing is logged."""
+
+    def start_pipeline(self, pipeline) -> str:
+        return ""
+
+    def start_stage(self, parent_run_id, stage_run) -> str:
+        return ""
+
+    def log_metrics(self, run_id, metrics, step) -> None:
+        pass
+
+    def log_checkpoint(self, stage_run_mlflow_id, checkpoint, manifest_path=None) -> str:
+        return ""
+
+    def log_handoff(self, downstream_run_id, handoff, chosen_model_id, *, primary=True) -> None:
+        pass
+
+    def log_lineage_graph(self, parent_run_id, store, pipeline_id) -> None:
+        pass
+
+    def finish(self, run_id, status) -> None:
+        pass
+
+
+def mlflow_lineage(cfg) -> MlflowLineage | NullMlflowLineage:
+    """The MLflow view configured by `mlflow.*`: real, or a null object when disabled."""
+    from lineage.urls import artifact_root, mlflow_uri
+    if not cfg.mlflow.enabled:
+        return NullMlflowLineage()
+    return MlflowLineage(mlflow_uri(cfg), artifact_root(cfg), experiment=cfg.run.name)

@@ -1,0 +1,181 @@
+"""Plain, frozen records returned by the store. Field names are what `--json` shows.
+
+Records are detached copies: they stay valid after the session that read them closes
+and can be pickled across Prefect tasks.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+from lineage import models as m
+
+
+def _aware(value: Optional[datetime]) -> Optional[datetime]:
+    # SQLite hands back naive datetimes even for timezone=True columns; all are UTC.
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=timezone.utc)
+
+
+def to_jsonable(value: Any) -> Any:
+    """A record (or list/tuple of them) as JSON-ready data, datetimes in ISO 8601."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    id: int
+    name: str
+    config: dict
+    config_hash: str
+    seed: int
+    code_version: str
+    prefect_flow_run_id: Optional[str]
+    mlflow_run_id: Optional[str]
+    status: str
+    started_at: datetime
+    ended_at: Optional[datetime]
+
+    @classmethod
+    def of(cls, row: m.PipelineRun) -> "PipelineRun":
+        return cls(row.id, row.name, row.config, row.config_hash, row.seed, row.code_version,
+                   row.prefect_flow_run_id, row.mlflow_run_id, row.status,
+                   _aware(row.started_at), _aware(row.ended_at))
+
+
+@dataclass(frozen=True)
+class StageRun:
+    id: int
+    pipeline_run_id: int
+    stage: str
+    attempt: int
+    handoff_id: Optional[int]
+    parallel_config: dict
+    status: str
+    started_at: datetime
+    ended_at: Optional[datetime]
+    mlflow_run_id: Optional[str]
+    resumed_from_checkpoint_id: Optional[int]
+
+    @classmethod
+    def of(cls, row: m.StageRun) -> "StageRun":
+        return cls(row.id, row.pipeline_run_id, row.stage, row.attempt, row.handoff_id,
+                   row.parallel_config, row.status, _aware(row.started_at),
+                   _aware(row.ended_at), row.mlflow_run_id, row.resumed_from_checkpoint_id)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    id: int
+    stage_run_id: int
+    stage: str
+    step: int
+    tokens_seen: int
+    path: str
+    manifest_checksum: str
+    bytes: int
+    format: str
+    parallel_config: dict
+    metrics: dict
+    committed: bool
+    created_at: datetime
+
+    @classmethod
+    def of(cls, row: m.Checkpoint, stage: str) -> "Checkpoint":
+        return cls(row.id, row.stage_run_id, stage, row.step, row.tokens_seen, row.path,
+                   row.manifest_checksum, row.bytes, row.format, row.parallel_config,
+                   row.metrics, row.committed, _aware(row.created_at))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One checkpoint considered at a handoff, with every metric computed for it."""
+
+    checkpoint_id: int
+    step: int
+    path: str
+    metrics: dict
+    eligible: bool
+    rejection_reason: Optional[str]
+    rank: Optional[int]
+    chosen: bool
+
+
+@dataclass(frozen=True)
+class Handoff:
+    id: int
+    from_stage_run_id: int
+    from_stage: str
+    to_stage: str
+    to_stage_run_id: Optional[int]
+    criterion: str
+    criterion_params: dict
+    chosen_checkpoint_id: int
+    chosen_step: int
+    entropy: Optional[float]
+    reason: str
+    carry_policy: dict
+    reshard: Optional[dict]
+    equivalence: Optional[dict]
+    created_at: datetime
+    candidates: tuple[Candidate, ...]
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    stage_run_id: int
+    role: str
+    kind: str
+    step: Optional[int]
+    detail: dict
+    created_at: datetime
+
+    @classmethod
+    def of(cls, row: m.Event) -> "Event":
+        return cls(row.id, row.stage_run_id, row.role, row.kind, row.step, row.detail,
+                   _aware(row.created_at))
+
+
+@dataclass(frozen=True)
+class JournalSegment:
+    id: int
+    stage_run_id: int
+    step_start: int
+    step_end: int
+    path: str
+    checksum: str
+    sample_count: int
+
+    @classmethod
+    def of(cls, row: m.JournalSegment) -> "JournalSegment":
+        return cls(row.id, row.stage_run_id, row.step_start, row.step_end, row.path,
+                   row.checksum, row.sample_count)
+
+
+@dataclass(frozen=True)
+class AncestryLink:
+    """One generation of a checkpoint's ancestry.
+
+    `checkpoint` was produced by `stage_run`, which started from `handoff` (None for the
+    first stage). `side_inputs` are other handoffs into the same stage run, e.g. the
+    reward model handed to RL next to the policy.
+    """
+
+    checkpoint: Checkpoint
+    stage_run: StageRun
+    handoff: Optional[Handoff]
+    side_inputs: tuple[Handoff, ...] = ()
+    via: str = "handoff"
+    """How the previous link reached this checkpoint: 'handoff', 'resume' or 'origin'."""

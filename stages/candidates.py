@@ -1,0 +1,50 @@
+"""Diagnostics of every candidate checkpoint at a handoff (single process, CPU is enough).
+
+Language-model checkpoints (CPT, SFT) get `stages.diagnostics.lm_diagnostics`; reward
+models get pairwise accuracy, held-out Bradley-Terry loss and the mean entropy of
+their preference probability.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from ckpt.selection import Candidate
+from ckpt.weights import load_weights_into
+from stages.diagnostics import lm_diagnostics
+from stages.model import load_model_and_tokenizer
+from stages.tasks import ArithmeticTasks
+
+log = logging.getLogger(__name__)
+
+
+def evaluate_candidates(checkpoints: list[tuple[str, int]], from_stage: str, model_dir: str,
+                        target_cfg, selection) -> list[Candidate]:
+    """`checkpoints`: (path, step) pairs. `target_cfg` supplies rollout temperature etc."""
+    torch.set_num_threads(1)
+    tasks = ArithmeticTasks(target_cfg.seed, target_cfg.data.max_operand,
+                            target_cfg.data.heldout_fraction)
+    evaluate = _rm_metrics if from_stage == "rm" else _lm_metrics
+    candidates = []
+    for path, step in checkpoints:
+        metrics = evaluate(path, model_dir, tasks, target_cfg, selection)
+        print(f"[handoff] candidate {from_stage} step {step}: "
+              + " ".join(f"{k}={v:.4f}" for k, v in metrics.items()), flush=True)
+        candidates.append(Candidate(path=path, step=step, metrics=metrics))
+    return candidates
+
+
+def _lm_metrics(path, model_dir, tasks, target_cfg, selection) -> dict:
+    model, tokenizer = load_model_and_tokenizer(model_dir)
+    load_weights_into(model, path)
+    return lm_diagnostics(model, tokenizer, tasks, probe_prompts=selection.probe_prompts,
+                          samples_per_prompt=selection.samples_per_prompt, k=selection.k,
+                          temperature=target_cfg.stage.temperature,
+                          max_new_tokens=target_cfg.stage.max_new_tokens, seed=target_cfg.seed)
+
+
+def _rm_metrics(path, model_dir, tasks, target_cfg, selection) -> dict:
+    from stages.rm import reward_model_diagnostics
+
+    return reward_model_diagnostics(path, model_dir, tasks, pairs=selection.probe_prompts * 4)

@@ -1,0 +1,208 @@
+"""RL: GRPO-style group policy optimisation against a frozen reference policy.
+
+Per prompt: sample `group_size` completions from the current policy, score them
+(checker and/or reward model), normalise rewards within the group into advantages,
+and take loss = -mean(A · log π(token)) + β · KL(π‖π_ref) (k3 estimator) over the
+completion tokens up to the first newline/eos. The update is on-policy (one
+optimizer step per batch of rollouts), so the PPO ratio is 1 and needs no clipping.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from stages.kl_controller import build_kl_controller
+from stages.objectives import CausalLMObjective, _pad
+from stages.sampling import decode_rows, generate, greedy_accuracy, response_mask, seeded_generator
+from stages.tasks import HELDOUT, TRAIN, check_answer
+
+KL_CONTROLLER, REFERENCE, REWARD_MODEL = "kl_controller", "reference", "reward_model"
+# Generator streams: a training rollout is keyed by (step, prompt), an eval sample by prompt only.
+TRAIN_STREAM, EVAL_STREAM = 0, 1
+METRICS = ("reward", "kl", "entropy", "response_length")
+
+
+# -- the math (pure functions, unit-tested) ----------------------------------------------
+def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """(r - mean) / (std + eps) within one group (population std: a group is all there is)."""
+    return (rewards - rewards.mean()) / (rewards.std(correction=0) + eps)
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimator of KL(π‖π_ref) on samples from π: e^x - x - 1, x = log ref/π.
+    Unbiased and never negative (Schulman, "Approximating KL divergence")."""
+    log_ratio = ref_logp - logp
+    return torch.exp(log_ratio) - log_ratio - 1.0
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over each sequence's unmasked tokens, then over sequences (GRPO's 1/|o_i|)."""
+    return ((values * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)).mean()
+
+
+def grpo_loss(logp, ref_logp, advantages, mask, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, mean KL) of one group; logp/ref_logp/mask are (G, T), advantages (G,)."""
+    kl = masked_mean(k3_kl(logp, ref_logp), mask)
+    policy = -masked_mean(advantages.unsqueeze(1) * logp, mask)
+    return policy + beta * kl, kl.detach()
+
+
+def checkpoint_identity(path: str | None, model_dir) -> dict:
+    """What a frozen model was loaded from: checkpoint path + manifest sha256 (or the
+    model directory itself when no checkpoint was given)."""
+    from ckpt.manifest import checksum_of
+    from ckpt.layout import MANIFEST
+
+    if path is None:
+        return {"path": str(Path(model_dir).resolve()), "manifest_sha256": None}
+    return {"path": str(Path(path).resolve()),
+            "manifest_sha256": checksum_of(Path(path) / MANIFEST)}
+
+
+def _frozen(model_class, model_dir, path: str | None, role: str):
+    from ckpt.weights import load_weights_into
+    from stages.model import load_model_and_tokenizer
+
+    model, _ = load_model_and_tokenizer(model_dir, model_class)
+    if path is not None:
+        report = load_weights_into(model, path)
+        if report["new"]:
+            raise ValueError(f"stage.{role}_from={path}: the checkpoint lacks {report['new']} of "
+                             f"{type(model).__name__}; expected a checkpoint of that model "
+                             f"(a '{'rm' if role == 'reward_model' else 'sft'}' stage checkpoint)")
+    return model.eval().requires_grad_(False)
+
+
+class RlObjective(CausalLMObjective):
+    name = "rl"
+
+    def __init__(self, stage_cfg, tokenizer, tasks):
+        super().__init__(stage_cfg, tokenizer, tasks)
+        self.kl = build_kl_controller(stage_cfg)
+        self.reference = self.reward_model = None
+        self.identities: dict = {}
+        self.step = 0
+        self._sums = torch.zeros(len(METRICS) + 1, dtype=torch.float64)
+
+    def setup(self, model_dir) -> None:
+        s = self.cfg
+        reference_from = s.reference_from or s.init_from
+        self.reference = _frozen(self.model_class, model_dir, reference_from, "reference")
+        self.identities[REFERENCE] = checkpoint_identity(reference_from, model_dir)
+        if s.reward_model_weight > 0:
+            from stages.rm import RmObjective
+            self.reward_model = _frozen(RmObjective.model_class, model_dir,
+                                        s.reward_model_from, "reward_model")
+            self.identities[REWARD_MODEL] = checkpoint_identity(s.reward_model_from, model_dir)
+
+    def at_step(self, step: int) -> None:
+        self.step = step
+
+    def batch(self, split: str, indices: list[int]) -> dict:
+        return {"split": split, "indices": list(indices)}
+
+    @staticmethod
+    def tokens_in(batch: dict) -> int:
+        return batch.get("response_tokens", 0)
+
+    def _prompt_ids(self, problem) -> list[int]:
+        return [self.tokenizer.bos_token_id] + self.tokenizer(problem.prompt)["input_ids"]
+
+    def _stop_ids(self) -> tuple[int, ...]:
+        newline = self.tokenizer("\n")["input_ids"][0]
+        return (newline, self.tokenizer.eos_token_id)
+
+    def rollout(self, module, index: int) -> dict:
+        s = self.cfg
+        problem = self.tasks.rl_prompt(TRAIN, index)
+        ids = self._prompt_ids(problem)
+        generator = seeded_generator(self.tasks.seed, TRAIN_STREAM, self.step, index)
+        tokens = generate(module, ids, s.group_size, s.max_new_tokens, s.temperature, generator)
+        mask = response_mask(tokens, self._stop_ids())
+        checker = torch.tensor([check_answer(problem, t) for t in decode_rows(self.tokenizer, tokens)])
+        rewards = s.reward_checker_weight * checker
+        if self.reward_model is not None:
+            rewards = rewards + s.reward_model_weight * self._rm_scores(ids, tokens, mask)
+        return {"prompt_ids": ids, "tokens": tokens, "mask": mask, "rewards": rewards.double()}
+
+    @torch.no_grad()
+    def _rm_scores(self, ids: list[int], tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        rows = [ids + row[m > 0].tolist() for row, m in zip(tokens, mask)]
+        batch = {"input_ids": _pad(rows, self.tokenizer.pad_token_id),
+                 "attention_mask": _pad([[1] * len(r) for r in rows], 0)}
+        return self.reward_model(**batch).logits.squeeze(-1).float()
+
+    def _log_probs(self, model, full: torch.Tensor, start: int):
+        """(token log-probs (G, T), full log-prob rows) of the sampling distribution."""
+        logits = model(input_ids=full, use_cache=False).logits[:, start - 1:-1].float()
+        logp_all = torch.log_softmax(logits / self.cfg.temperature, dim=-1)
+        target = full[:, start:].unsqueeze(-1)
+        return logp_all.gather(-1, target).squeeze(-1), logp_all
+
+    def group_loss(self, model, roll: dict) -> tuple[torch.Tensor, list[float]]:
+        start = len(roll["prompt_ids"])
+        full = torch.cat([torch.tensor([roll["prompt_ids"]] * roll["tokens"].shape[0]),
+                          roll["tokens"]], dim=1)
+        logp, logp_all = self._log_probs(model, full, start)
+        with torch.no_grad():
+            ref_logp, _ = self._log_probs(self.reference, full, start)
+            entropy = masked_mean(-(logp_all.exp() * logp_all).sum(-1), roll["mask"])
+        advantages = group_advantages(roll["rewards"]).float()
+        loss, kl = grpo_loss(logp, ref_logp, advantages, roll["mask"], self.kl.coef)
+        stats = [float(roll["rewards"].mean()), float(kl), float(entropy),
+                 float(roll["mask"].sum(dim=1).mean())]
+        return loss, stats
+
+    def loss(self, model, batch: dict) -> torch.Tensor:
+        module = getattr(model, "module", model)
+        losses, tokens = [], 0
+        for index in batch["indices"]:
+            roll = self.rollout(module, index)
+            loss, stats = self.group_loss(model, roll)
+            losses.append(loss)
+            tokens += int(roll["mask"].sum())
+            self._sums += torch.tensor(stats + [1.0], dtype=torch.float64)
+        batch["response_tokens"] = tokens
+        return torch.stack(losses).mean()
+
+    def step_metrics(self) -> dict:
+        """Means over every prompt of the step on every rank; then the KL controller
+        moves on the step's KL (the same value on every rank)."""
+        sums, self._sums = self._sums.clone(), torch.zeros_like(self._sums)
+        if dist.is_initialized():
+            dist.all_reduce(sums)
+        means = (sums[:-1] / sums[-1].clamp(min=1.0)).tolist()
+        record = dict(zip(METRICS, means), kl_coef=self.kl.coef)
+        self.kl.update(record["kl"])
+        return record
+
+    @torch.no_grad()
+    def evaluate(self, model) -> dict:
+        """Checker reward of one fixed-seed sample per fixed held-out prompt (at the rollout
+        temperature) and greedy accuracy on the same prompts."""
+        s, rewards = self.cfg, []
+        for index in range(s.eval_samples):
+            problem = self.tasks.rl_prompt(HELDOUT, index)
+            generator = seeded_generator(self.tasks.seed, EVAL_STREAM, index)
+            tokens = generate(model, self._prompt_ids(problem), 1, s.max_new_tokens,
+                              s.temperature, generator)
+            rewards.append(check_answer(problem, decode_rows(self.tokenizer, tokens)[0]))
+        accuracy = greedy_accuracy(model, self.tokenizer, self.tasks, HELDOUT, s.eval_samples,
+                                   s.max_new_tokens)
+        return {"eval_reward": sum(rewards) / max(len(rewards), 1), "eval_accuracy": accuracy}
+
+    # -- checkpointed state -------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {KL_CONTROLLER: self.kl.state_dict(), **self.identities}
+
+    def load_state_dict(self, state: dict) -> None:
+        from ckpt.errors import IncompatibleCheckpoint
+
+        for role in (REFERENCE, REWARD_MODEL):
+            if state.get(role) != self.identities.get(role):
+                raise IncompatibleCheckpoint(self.identities.get(role, {}).get("path", role), (
+                    f"RL {role} differs from the checkpoint's: saved {state.get(role)}, this run "
+                    f"{self.identities.get(role)}; resume with stage.{role}_from set as it was"))
+        self.kl.load_state_dict(state[KL_CONTROLLER])

@@ -1,0 +1,67 @@
+"""Token sampling for RL rollouts and greedy evaluation, written out by hand.
+
+Every call runs exactly `max_new_tokens` forward passes whatever the samples contain:
+under ZeRO-3 each forward is a collective (parameters are gathered), so ranks must
+never stop early on their own. The sequences are re-forwarded in full each time
+(no KV cache): the built-in model and sequences are tiny, and one code path for
+every attention implementation is worth more here than the saved FLOPs.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def seeded_generator(*key: int) -> torch.Generator:
+    """A CPU generator seeded from integers only (e.g. seed, step, prompt index), so a
+    rollout never depends on the rank, the world size or the global RNG state."""
+    seed = int(np.random.SeedSequence([int(k) for k in key]).generate_state(1)[0])
+    return torch.Generator().manual_seed(seed)
+
+
+@torch.no_grad()
+def generate(model, prompt_ids: list[int], n: int, max_new_tokens: int, temperature: float,
+             generator: torch.Generator | None) -> torch.Tensor:
+    """(n, max_new_tokens) completion tokens of one prompt; greedy when generator is None."""
+    sequences = torch.tensor([prompt_ids] * n, dtype=torch.long)
+    for _ in range(max_new_tokens):
+        logits = model(input_ids=sequences, use_cache=False).logits[:, -1, :].float()
+        if generator is None:
+            token = logits.argmax(dim=-1, keepdim=True)
+        else:
+            probs = torch.softmax(logits / temperature, dim=-1)
+            token = torch.multinomial(probs, 1, generator=generator)
+        sequences = torch.cat([sequences, token], dim=1)
+    return sequences[:, len(prompt_ids):]
+
+
+def response_mask(tokens: torch.Tensor, stop_ids: tuple[int, ...]) -> torch.Tensor:
+    """1.0 up to and including the first stop token (newline / eos), 0.0 after it."""
+    is_stop = torch.zeros_like(tokens, dtype=torch.bool)
+    for stop in stop_ids:
+        is_stop |= tokens == stop
+    stopped_before = torch.cumsum(is_stop.long(), dim=1) - is_stop.long()
+    return (stopped_before == 0).float()
+
+
+def decode_rows(tokenizer, tokens: torch.Tensor) -> list[str]:
+    """Text of each row up to its first eos (what follows an eos is not part of the answer)."""
+    texts = []
+    for row in tokens.tolist():
+        if tokenizer.eos_token_id in row:
+            row = row[: row.index(tokenizer.eos_token_id)]
+        texts.append(tokenizer.decode(row, skip_special_tokens=True))
+    return texts
+
+
+def greedy_accuracy(model, tokenizer, tasks, split: str, count: int, max_new_tokens: int) -> float:
+    """Share of `count` fixed prompts whose greedy answer line equals the sum."""
+    from stages.tasks import check_answer
+
+    hits = 0.0
+    for index in range(count):
+        problem = tasks.problem(split, index)
+        ids = [tokenizer.bos_token_id] + tokenizer(problem.prompt)["input_ids"]
+        tokens = generate(model, ids, 1, max_new_tokens, 1.0, None)
+        hits += check_answer(problem, decode_rows(tokenizer, tokens)[0])
+    return hits / max(count, 1)

@@ -1,0 +1,75 @@
+"""Data order is world-size independent; tokenizer round-trips; config errors are collected."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from baton.config import compose
+from baton.errors import ConfigError
+from ckpt.state import RngState
+from stages.sampler import GlobalSampler
+from stages.tasks import HELDOUT, TRAIN, ArithmeticTasks, check_answer
+from stages.tokenizer import build_char_tokenizer
+
+
+def _global_batches(world_size, micro_batch, steps=3, global_batch=16):
+    sampler = GlobalSampler(1000, global_batch, micro_batch, world_size, seed=7)
+    batches = []
+    for step in range(steps):
+        seen = []
+        for micro in range(sampler.accumulation_steps):
+            for rank in range(world_size):
+                seen.append(tuple(sampler.micro_batch_indices(step, micro, rank)))
+        batches.append(sorted(seen))
+    return batches
+
+
+def test_the_global_batch_is_the_same_for_any_world_size():
+    assert _global_batches(1, 4) == _global_batches(2, 4) == _global_batches(4, 4)
+
+
+def test_sampler_position_is_one_global_index():
+    sampler = GlobalSampler(1000, 16, 4, 2, seed=7)
+    sampler.advance_to_step(5)
+    assert sampler.state_dict()["global_sample_index"] == 80
+    other = GlobalSampler(1000, 16, 8, 1, seed=7)
+    other.load_state_dict(sampler.state_dict())
+    assert other.global_sample_index == 80
+
+
+def test_heldout_questions_are_never_trained_on():
+    tasks = ArithmeticTasks(seed=3)
+    train = {tasks.problem(TRAIN, i).prompt for i in range(2000)}
+    heldout = {tasks.problem(HELDOUT, i).prompt for i in range(200)}
+    assert train.isdisjoint(heldout)
+    problem = tasks.problem(HELDOUT, 0)
+    assert check_answer(problem, problem.answer + "\nrest") == 1.0
+    assert check_answer(problem, "x") == 0.0
+
+
+def test_char_tokenizer_round_trips_text():
+    tokenizer = build_char_tokenizer()
+    text = "12+34=46\n7+8=15\n"
+    ids = tokenizer(text)["input_ids"]
+    assert len(ids) == len(text)
+    assert tokenizer.decode(ids) == text
+
+
+def test_rng_bundle_round_trips_through_json():
+    state = json.loads(json.dumps(RngState.state_dict()))
+    expected = (random.random(), torch.rand(2))
+    RngState.load_state_dict(state)
+    assert random.random() == expected[0] and torch.equal(torch.rand(2), expected[1])
+
+
+def test_every_config_error_is_collected_before_raising():
+    with pytest.raises(ConfigError) as err:
+        compose(["stage.nope=1", "parallel.zero_stage=7", "stage.global_batch=6"])
+    text = str(err.value)
+    assert "3 configuration error(s)" in text
+    assert "unknown config key 'stage.nope'" in text
+    assert "parallel.zero_stage=7: expected 0, 1, 2 or 3" in text
+    assert "stage.global_batch=6 is not divisible" in text
