@@ -11,7 +11,8 @@ def add_reshard_arguments(sub) -> None:
     parser.add_argument("dst", help="new checkpoint directory to write (must not exist)")
     # Trailing key=value overrides (the target config, e.g. parallel.world_size=2
     # parallel.zero_stage=3) are split off by baton.cli into args.overrides.
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--json", action="store_true",
+                        help="print the result as one line of JSON (the last line of stdout)")
 
 
 def _fmt(value) -> str:
@@ -51,7 +52,8 @@ def run_reshard(args) -> int:
 
     result = reshard(args.src, args.dst, list(args.overrides))
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        # One line, last: DeepSpeed's logger also writes to stdout.
+        print(json.dumps(result.to_dict()))
     else:
         print_result(result)
     return 0

@@ -54,8 +54,8 @@ def load_zero0(engine, folder: Path) -> None:
     base = getattr(engine.optimizer, "optimizer", engine.optimizer)
     with torch.no_grad():
         for name, param in engine.module.named_parameters():
-            param.copy_(states[name]["fp32"])
-            base.state[param] = {"step": step.clone(), **{k: states[name][k].clone()
+            param.copy_(states[name]["fp32"].view_as(param))
+            base.state[param] = {"step": step.clone(), **{k: states[name][k].view_as(param).clone()
                                                           for k in universal.MOMENTS}}
     optim_sd = universal._torch_load(folder / "zero" / "optimizer_state.pt")
     for group, saved in zip(base.param_groups, optim_sd["param_groups"]):

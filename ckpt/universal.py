@@ -128,9 +128,15 @@ def read_states(folder: Path, keys=("fp32",) + MOMENTS) -> dict[str, dict[str, t
     """{param name: {key: full fp32 tensor}} of a universal folder."""
     found = {}
     for directory in sorted(d for d in (folder / "zero").iterdir() if d.is_dir()):
-        found[directory.name] = {k: _torch_load(directory / f"{k}.pt")["param"].detach().float()
+        found[directory.name] = {k: _tensor(_torch_load(directory / f"{k}.pt"))
                                  for k in keys if (directory / f"{k}.pt").is_file()}
     return found
+
+
+def _tensor(saved) -> torch.Tensor:
+    # ZeRO-1/2 conversion saves {"param": tensor, "cat_dim": ...}; ZeRO-3 the tensor itself.
+    tensor = saved["param"] if isinstance(saved, dict) else saved
+    return tensor.detach().float()
 
 
 def universal_step(folder: Path) -> float:

@@ -29,13 +29,15 @@ def _is_backbone(model, key: str) -> bool:
     return bool(prefix) and key.startswith(prefix + ".")
 
 
-def load_weights_into(model, directory: str | Path) -> dict[str, list[str]]:
+def load_weights_into(model, directory: str | Path,
+                      allow_new_head: bool = False) -> dict[str, list[str]]:
     """Load a checkpoint's weights; return {"new": [...], "dropped": [...]}.
 
-    Only heads may differ (a causal LM's `lm_head` dropped, a reward model's `score`
-    new, when a reward model starts from a policy checkpoint). A backbone parameter
-    missing or left over, or any shape mismatch, means the checkpoint belongs to
-    another model and is refused.
+    Only heads may differ: a head the checkpoint has and the model lacks is dropped
+    (a policy's `lm_head` under a reward model); a head the model has and the
+    checkpoint lacks is new, allowed only with `allow_new_head` (a reward model's
+    `score` starts fresh; a policy with a random `lm_head` would be useless). A backbone
+    parameter missing or left over, or any shape mismatch, is always refused.
     """
     state = consolidated_state_dict(directory)
     own = model.state_dict()
@@ -43,11 +45,13 @@ def load_weights_into(model, directory: str | Path) -> dict[str, list[str]]:
               for k, v in state.items() if k in own and own[k].shape != v.shape]
     new = sorted(k for k in own if k not in state)
     dropped = sorted(k for k in state if k not in own)
-    backbone = [k for k in new + dropped if _is_backbone(model, k)]
-    if shapes or backbone:
+    refused = [k for k in new + dropped if _is_backbone(model, k)]
+    refused += [k for k in new if not allow_new_head and k not in refused]
+    if shapes or refused:
         raise IncompatibleCheckpoint(directory, (
             f"weights do not fit the {type(model).__name__} being loaded: shape mismatches "
-            f"{shapes[:5]}, backbone parameters missing or unexpected {backbone[:5]}; "
-            "expected a checkpoint of the same backbone (see its meta.json 'model')"))
+            f"{shapes[:5]}, parameters missing or unexpected {refused[:5]}; expected a "
+            "checkpoint of the same model (see its meta.json 'model'; only a reward model "
+            "may start from a policy checkpoint with a new head)"))
     model.load_state_dict(state, strict=False)
     return {"new": new, "dropped": dropped}

@@ -23,6 +23,8 @@ def _pad(rows: list[list[int]], value: int) -> torch.Tensor:
 
 class CausalLMObjective:
     name = "lm"
+    new_head = False
+    """May stage.init_from lack this model's head (then freshly initialised)?"""
 
     def __init__(self, stage_cfg, tokenizer, tasks: ArithmeticTasks):
         self.cfg, self.tokenizer, self.tasks = stage_cfg, tokenizer, tasks

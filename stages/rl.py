@@ -67,7 +67,7 @@ def _frozen(model_class, model_dir, path: str | None, role: str):
 
     model, _ = load_model_and_tokenizer(model_dir, model_class)
     if path is not None:
-        report = load_weights_into(model, path)
+        report = load_weights_into(model, path, allow_new_head=True)
         if report["new"]:
             raise ValueError(f"stage.{role}_from={path}: the checkpoint lacks {report['new']} of "
                              f"{type(model).__name__}; expected a checkpoint of that model "

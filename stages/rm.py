@@ -27,6 +27,7 @@ def preference_entropy(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Te
 
 class RmObjective(CausalLMObjective):
     name = "rm"
+    new_head = True  # the scalar `score` head starts fresh on the SFT policy's backbone
 
     @staticmethod
     def model_class(config):

@@ -57,7 +57,7 @@ class StageWorker:
         seed_everything(derived_seed(self.cfg.seed, s.name, self.rank))
         objective_cls = objectives.OBJECTIVES[s.name]
         model, self.tokenizer = objective_cls.build_model(launch["model_dir"])
-        self.init_report = self._init_weights(model)
+        self.init_report = self._init_weights(model, objective_cls.new_head)
         self.identity = model_identity(model, self.tokenizer)
         tasks = ArithmeticTasks(self.cfg.seed, self.cfg.data.max_operand, self.cfg.data.heldout_fraction)
         self.objective = objective_cls(s, self.tokenizer, tasks)
@@ -81,13 +81,13 @@ class StageWorker:
             self.files.log(f"init_from {s.init_from}: new parameters (freshly initialised) "
                            f"{self.init_report['new']}, dropped {self.init_report['dropped']}")
 
-    def _init_weights(self, model) -> dict | None:
+    def _init_weights(self, model, new_head: bool) -> dict | None:
         """Load stage.init_from into the model; report the parameters that are new (a head
         the checkpoint lacks) and the ones dropped (a head this model lacks)."""
         if not self.cfg.stage.init_from:
             return None
         from ckpt.weights import load_weights_into
-        return load_weights_into(model, self.cfg.stage.init_from)
+        return load_weights_into(model, self.cfg.stage.init_from, allow_new_head=new_head)
 
     # -- one micro-step -------------------------------------------------------------
     def micro_step(self, micro: int) -> None:

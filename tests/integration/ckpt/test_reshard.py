@@ -57,7 +57,7 @@ def test_resharded_checkpoint_is_equivalent_and_resumes_at_the_target_layout(
         tmp_path, sources, source, target):
     src, dst = _step_k(sources[source]), tmp_path / "resharded"
     proc = run_baton("ckpt", "reshard", str(src), str(dst), *_layout(*target), "--json", check=True)
-    result = json.loads(proc.stdout)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
     eq = result["equivalence"]
     assert eq["passed"], eq
     assert eq["max_abs_logit_diff"] <= eq["tolerance"] == 1e-6

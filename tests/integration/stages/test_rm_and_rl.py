@@ -50,6 +50,18 @@ def test_reward_model_reports_its_new_head_and_evaluates_pairs(trained):
     assert meta["model"]["architecture"] == "LlamaForSequenceClassification"
 
 
+@pytest.mark.slow
+def test_a_policy_cannot_start_from_a_reward_model_checkpoint(trained):
+    from ckpt.errors import IncompatibleCheckpoint
+    from ckpt.weights import load_weights_into
+    from stages.model import load_model_and_tokenizer
+
+    home, _, _ = trained
+    policy, _ = load_model_and_tokenizer(home / "model")
+    with pytest.raises(IncompatibleCheckpoint, match=r"missing or unexpected \['lm_head.weight'\]"):
+        load_weights_into(policy, _ckpt(home, "rm", 4))
+
+
 def _rl(run_dir, sft, rm, *extra):
     # The RM's continuous score gives groups non-zero advantages even while the
     # briefly trained policy never hits an exact answer.
