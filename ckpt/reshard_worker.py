@@ -26,8 +26,6 @@ from stages.model import load_model_and_tokenizer, model_identity
 from stages.run_files import RunFiles
 from stages.tasks import HELDOUT, ArithmeticTasks
 
-log = logging.getLogger("baton.reshard")
-
 
 def build_engine(model, stage_cfg, parallel_cfg):
     """stages.engine_setup.build_engine with universal loading on. ZeRO 0 keeps it off:
@@ -57,10 +55,10 @@ def load_zero0(engine, folder: Path) -> None:
             param.copy_(states[name]["fp32"].view_as(param))
             base.state[param] = {"step": step.clone(), **{k: states[name][k].view_as(param).clone()
                                                           for k in universal.MOMENTS}}
-    optim_sd = universal._torch_load(folder / "zero" / "optimizer_state.pt")
+    optim_sd = universal.load_file(folder / "zero" / "optimizer_state.pt")
     for group, saved in zip(base.param_groups, optim_sd["param_groups"]):
         group.update({k: v for k, v in saved.items() if k != "params"})
-    model_states = universal._torch_load(folder / universal.MODEL_STATES)
+    model_states = universal.load_file(folder / universal.MODEL_STATES)
     engine.lr_scheduler.load_state_dict(model_states["lr_scheduler"])
     engine.global_steps = model_states["global_steps"]
     engine.global_samples = model_states.get("global_samples", 0)

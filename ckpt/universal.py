@@ -31,7 +31,7 @@ def converter_name(zero_stage: int) -> str:
     return ZERO0_CONVERTER if zero_stage == 0 else CONVERTER
 
 
-def _torch_load(path: Path):
+def load_file(path: Path):
     # Only files of a checkpoint verified by the caller, or of the universal folder this
     # process wrote, reach here; DeepSpeed pickles non-tensor objects into them.
     return torch.load(path, map_location="cpu", weights_only=False)
@@ -57,7 +57,7 @@ def to_universal(src: Path, out: Path, zero_stage: int, log: io.StringIO) -> Pat
 
 
 def _zero0_to_universal(src: Path, out: Path) -> None:
-    states = _torch_load(src / MODEL_STATES)
+    states = load_file(src / MODEL_STATES)
     optim = states["optimizer"]
     buffers = set(states.get("buffer_names") or [])
     names = [n for n in states["module"] if n not in buffers]
@@ -93,10 +93,10 @@ def _normalise(out: Path) -> None:
         if (out / have).is_file() and not (out / want).is_file():
             shutil.copyfile(out / have, out / want)
     zero = out / "zero"
-    optim_sd = _torch_load(zero / "optimizer_state.pt")
+    optim_sd = load_file(zero / "optimizer_state.pt")
     inner = optim_sd.get("optimizer_state_dict") or {}
     groups = optim_sd.get("param_groups") or inner.get("param_groups")
-    steps = [_torch_load(p) for p in sorted(zero.glob("*/step.pt"))]
+    steps = [load_file(p) for p in sorted(zero.glob("*/step.pt"))]
     step = steps[0] if steps else next(iter(inner.get("state", {}).values()), {}).get("step")
     if step is None:
         raise CorruptCheckpoint(out, ["universal checkpoint has no optimizer step count"])
@@ -128,7 +128,7 @@ def read_states(folder: Path, keys=("fp32",) + MOMENTS) -> dict[str, dict[str, t
     """{param name: {key: full fp32 tensor}} of a universal folder."""
     found = {}
     for directory in sorted(d for d in (folder / "zero").iterdir() if d.is_dir()):
-        found[directory.name] = {k: _tensor(_torch_load(directory / f"{k}.pt"))
+        found[directory.name] = {k: _tensor(load_file(directory / f"{k}.pt"))
                                  for k in keys if (directory / f"{k}.pt").is_file()}
     return found
 
@@ -140,5 +140,5 @@ def _tensor(saved) -> torch.Tensor:
 
 
 def universal_step(folder: Path) -> float:
-    step = _torch_load(next((folder / "zero").glob("*/step.pt")))
+    step = load_file(next((folder / "zero").glob("*/step.pt")))
     return float(step)

@@ -79,27 +79,22 @@ def _reshard(rec, handoff_id: int, name: str, chosen_path: str, source_cfg, targ
     if source_layout == target_layout:
         checksum = manifest_io.checksum_of(src / manifest_io.MANIFEST)
         rec.store.set_handoff_reshard(handoff_id, reshard={
-            "source": source_layout, "target": target_layout, "converter": "none (same layout)",
+            "source": str(src), "source_parallel": source_layout, "target_parallel": target_layout,
+            "converter": "none (same layout)",
             "input_manifest_sha256": checksum, "output_manifest_sha256": checksum, "output": str(src)},
             equivalence={"passed": True, "detail": "identical layout: the checkpoint is used as is"})
         return str(src)
     from ckpt.reshard import reshard
 
     result = reshard(src, dst, [f"parallel.world_size={target_layout['world_size']}",
-                                f"parallel.zero_stage={target_layout['zero_stage']}",
-                                f"run.dir={stage_root}", f"seed={target.seed}"])
-    transform = result.transform_record() if hasattr(result, "transform_record") else _as_record(result)
-    rec.store.set_handoff_reshard(handoff_id, reshard={**transform, "output": str(dst)},
-                                  equivalence=dict(result.equivalence))
+                                f"parallel.zero_stage={target_layout['zero_stage']}"])
+    transform = {k: v for k, v in result.to_dict().items() if k != "equivalence"}
+    rec.store.set_handoff_reshard(handoff_id, reshard={
+        **transform, "output": str(dst)},
+        equivalence=dict(result.equivalence))
     print(f"[handoff {name}] resharded {source_layout} -> {target_layout}: {dst} "
           f"(equivalence passed={result.equivalence.get('passed')})", flush=True)
     return str(dst)
-
-
-def _as_record(result) -> dict:
-    record = dict(vars(result)) if hasattr(result, "__dict__") else dict(result)
-    record.pop("equivalence", None)
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in record.items()}
 
 
 def _artifacts(name: str, handoff_id: int, candidates, chosen, reason: str) -> None:

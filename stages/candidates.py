@@ -45,6 +45,15 @@ def _lm_metrics(path, model_dir, tasks, target_cfg, selection) -> dict:
 
 
 def _rm_metrics(path, model_dir, tasks, target_cfg, selection) -> dict:
-    from stages.rm import reward_model_diagnostics
+    """Pairwise accuracy, Bradley-Terry loss and preference entropy on held-out pairs."""
+    from dataclasses import replace
 
-    return reward_model_diagnostics(path, model_dir, tasks, pairs=selection.probe_prompts * 4)
+    from stages.rm import RmObjective
+
+    model, tokenizer = RmObjective.build_model(model_dir)
+    load_weights_into(model, path)
+    stage_cfg = replace(target_cfg.stage, eval_samples=selection.probe_prompts * 4, micro_batch=16,
+                        seq_len=32)
+    metrics = RmObjective(stage_cfg, tokenizer, tasks).evaluate(model.eval())
+    return {"eval_accuracy": metrics["eval_accuracy"], "heldout_loss": metrics["eval_loss"],
+            "entropy": metrics["eval_pref_entropy"]}

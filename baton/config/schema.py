@@ -21,9 +21,9 @@ class RunConfig:
 class ModelConfig:
     path: Optional[str] = None
     """A local Hugging Face causal-LM directory; null builds the tiny built-in model."""
-    hidden_size: int = 64
+    hidden_size: int = 128
     """Width of the built-in Llama model."""
-    intermediate_size: int = 128
+    intermediate_size: int = 256
     """MLP width of the built-in model."""
     num_hidden_layers: int = 2
     """Decoder layers of the built-in model."""
@@ -47,7 +47,7 @@ class ParallelConfig:
 
 @dataclass
 class DataConfig:
-    max_operand: int = 49
+    max_operand: int = 9
     """Operands of the synthetic arithmetic tasks are drawn from [0, max_operand]."""
     heldout_fraction: float = 0.1
     """Share of operand pairs reserved for the held-out split."""
