@@ -34,6 +34,15 @@ class RunFiles:
         if self.writer:
             print(f"[baton] {line}", flush=True)
 
+    def evaluation(self, step: int, metrics: dict, stage: str) -> None:
+        """An evaluation outside a training step (step 0: the starting point)."""
+        if not self.writer:
+            return
+        with open(self.directory / METRICS, "a") as handle:
+            handle.write(json.dumps({"step": step, **metrics}) + "\n")
+        print(f"[{stage}] step {step} (start) " + " ".join(f"{k} {v:.4f}" for k, v in metrics.items()),
+              flush=True)
+
     def step(self, record: dict, stage: str, max_steps: int) -> None:
         if not self.writer:
             return

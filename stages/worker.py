@@ -101,6 +101,9 @@ class StageWorker:
 
     def train(self) -> str:
         s = self.cfg.stage
+        if s.eval_at_start and self.progress.step == 0 and self.progress.micro_in_window == 0:
+            # The starting checkpoint's score, so a stage's gain is measured in one run.
+            self.files.evaluation(0, self.objective.evaluate(self.engine.module), s.name)
         while self.progress.step < s.max_steps:
             if self.progress.micro_in_window == 0:
                 self.window.start(RngState.state_dict())

@@ -83,6 +83,8 @@ class StageConfig:
     """Evaluate on the held-out split every N steps (and at the last step)."""
     eval_samples: int = 32
     """Held-out samples per evaluation."""
+    eval_at_start: bool = False
+    """Also evaluate before the first step (step 0 in metrics.jsonl): the stage's baseline."""
     init_from: Optional[str] = None
     """Checkpoint directory whose weights start this stage (null: the model directory)."""
     # -- RL (GRPO) ---------------------------------------------------------------------
