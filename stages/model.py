@@ -59,12 +59,22 @@ def load_model_and_tokenizer(directory: str | Path, model_class=None):
     directory lacks (e.g. a reward model's `score`) is freshly initialised."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    quiet_transformers()
     tokenizer = AutoTokenizer.from_pretrained(str(directory))
     cls = AutoModelForCausalLM if model_class is None else model_class(AutoConfig.from_pretrained(str(directory)))
     extra = {"num_labels": 1} if cls.__name__.endswith("ForSequenceClassification") else {}
     # eager attention: deterministic on CPU and identical across ranks.
     model = cls.from_pretrained(str(directory), attn_implementation="eager", **extra)
     return model, tokenizer
+
+
+def quiet_transformers() -> None:
+    """transformers' per-load reports (new head, dropped lm_head) repeat what baton already
+    reports once, in its own words, through `load_weights_into`."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
 
 
 def model_identity(model, tokenizer) -> dict:
