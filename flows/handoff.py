@@ -66,7 +66,7 @@ def run_handoff(overrides: list[str], name: str, pipeline_run_id: int, from_stag
     input_path = _reshard(rec, handoff.id, name, chosen.path, source_cfg, target, stage_root)
     _artifacts(name, handoff.id, candidates, chosen, reason)
     return {"handoff_id": handoff.id, "role": plan.role, "input_path": input_path,
-            "chosen_path": chosen.path, "to_stage": plan.to_stage}
+            "chosen_path": chosen.path, "to_stage": plan.to_stage, "carry": asdict(plan.carry)}
 
 
 def _reshard(rec, handoff_id: int, name: str, chosen_path: str, source_cfg, target, stage_root) -> str:

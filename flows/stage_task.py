@@ -28,6 +28,11 @@ def infrastructure_only(task, task_run, state) -> bool:
 def _inputs_as_overrides(inputs: list[dict]) -> tuple[dict | None, list[str]]:
     policy = next((i for i in inputs if i["role"] == "policy"), None)
     extra = [quoted("stage.init_from", policy["input_path"])] if policy else []
+    if policy:
+        carry = policy["carry"]
+        extra += [f"stage.init_optimizer={str(carry['optimizer']).lower()}",
+                  f"stage.init_scheduler={str(carry['scheduler']).lower()}",
+                  f"stage.init_rng={str(carry['rng']).lower()}"]
     extra += [quoted("stage.reward_model_from", i["input_path"])
               for i in inputs if i["role"] == "reward_model"]
     return policy, extra

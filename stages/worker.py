@@ -80,6 +80,11 @@ class StageWorker:
         if self.init_report is not None:
             self.files.log(f"init_from {s.init_from}: new parameters (freshly initialised) "
                            f"{self.init_report['new']}, dropped {self.init_report['dropped']}")
+        if s.init_from and (s.init_optimizer or s.init_scheduler or s.init_rng):
+            from ckpt.carry import carry_from
+            carried = carry_from(self.ckpt, s.init_from, optimizer=s.init_optimizer,
+                                 scheduler=s.init_scheduler, rng=s.init_rng)
+            self.files.log(f"inherited {', '.join(carried)} from {s.init_from}")
 
     def _init_weights(self, model, new_head: bool) -> dict | None:
         """Load stage.init_from into the model; report the parameters that are new (a head

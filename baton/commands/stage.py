@@ -20,6 +20,10 @@ def prepare(overrides: list[str], name: str):
         raise ConfigError(["stage.name is set by the command: use `baton stage NAME`"])
     cfg = compose([f"stage={name}", *overrides])
     model_dir = ensure_model_dir(cfg)
+    s = cfg.stage
+    if s.init_from and (s.init_optimizer or s.init_scheduler or s.init_rng):
+        from ckpt.carry import check_carry_layout
+        check_carry_layout(s.init_from, cfg.parallel.world_size, cfg.parallel.zero_stage)
     target = resolve_resume(cfg.resume, checkpoints_dir(cfg.run.dir, name))
     if target is not None:
         parallel = {"world_size": cfg.parallel.world_size, "zero_stage": cfg.parallel.zero_stage}

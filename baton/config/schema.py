@@ -87,6 +87,12 @@ class StageConfig:
     """Also evaluate before the first step (step 0 in metrics.jsonl): the stage's baseline."""
     init_from: Optional[str] = None
     """Checkpoint directory whose weights start this stage (null: the model directory)."""
+    init_optimizer: bool = False
+    """Also carry Adam moments from init_from (same layout: the handoff reshards first)."""
+    init_scheduler: bool = False
+    """Also carry the LR scheduler position from init_from."""
+    init_rng: bool = False
+    """Also carry each rank's RNG streams from init_from (else derived from seed, stage, rank)."""
     # -- RL (GRPO) ---------------------------------------------------------------------
     group_size: int = 8
     """RL: completions sampled per prompt; advantages are normalised within the group."""

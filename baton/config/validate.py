@@ -34,6 +34,13 @@ def problems(cfg: BatonConfig) -> list[str]:
     if cfg.resume not in (None, "latest") and not Path(cfg.resume).is_dir():
         found.append(f"resume={cfg.resume!r}: no such checkpoint directory; expected 'latest', "
                      "null or a path like <run.dir>/<stage>/checkpoints/step-000010")
+    carried = [k for k in ("init_optimizer", "init_scheduler", "init_rng") if getattr(s, k)]
+    if carried and s.init_from is None:
+        found.append(f"stage.{carried[0]}=true needs stage.init_from=<checkpoint> to carry from")
+    if s.name == "rm" and (s.init_optimizer or s.init_scheduler):
+        found.append("stage.init_optimizer/init_scheduler=true for stage rm: the reward model adds "
+                     "a new head, so the policy's optimizer state does not fit; set "
+                     "pipeline.handoffs.sft_rm.carry.optimizer=false / scheduler=false")
     if s.init_from is not None and not Path(s.init_from).is_dir():
         found.append(f"stage.init_from={s.init_from!r}: no such checkpoint directory")
     if s.seq_len > cfg.model.max_position_embeddings and cfg.model.path is None:
@@ -43,6 +50,30 @@ def problems(cfg: BatonConfig) -> list[str]:
         found += _rl_problems(s)
     if not 0.0 < cfg.data.heldout_fraction < 1.0:
         found.append(f"data.heldout_fraction={cfg.data.heldout_fraction}: expected in (0, 1)")
+    found += _handoff_problems(cfg)
+    return found
+
+
+def _handoff_problems(cfg: BatonConfig) -> list[str]:
+    from ckpt.selection import CRITERIA
+
+    found = []
+    for name, h in cfg.pipeline.handoffs.items():
+        key = f"pipeline.handoffs.{name}"
+        if h.selection.criterion not in CRITERIA:
+            found.append(f"{key}.selection.criterion={h.selection.criterion!r}: expected one of "
+                         f"{', '.join(CRITERIA)}")
+        if h.from_stage not in STAGES or h.to_stage not in STAGES:
+            found.append(f"{key}: from_stage={h.from_stage!r} to_stage={h.to_stage!r}; expected "
+                         f"stages among {', '.join(STAGES)}")
+        if h.role not in ("policy", "reward_model"):
+            found.append(f"{key}.role={h.role!r}: expected policy or reward_model")
+        if h.role == "reward_model" and (h.carry.optimizer or h.carry.scheduler or h.carry.rng):
+            found.append(f"{key}.carry: a reward model is used frozen downstream; only weights "
+                         "carry (set optimizer, scheduler and rng to false)")
+        if h.to_stage == "rm" and (h.carry.optimizer or h.carry.scheduler):
+            found.append(f"{key}.carry.optimizer/scheduler=true: the reward model adds a new head, "
+                         "so the policy's optimizer state does not fit; set them to false")
     return found
 
 

@@ -47,7 +47,7 @@ def trained(tmp_path_factory) -> Path:
     (["stage.max_stepz=3"], "unknown config key 'stage.max_stepz'"),
     (["parallel.world_size=two"], "Value 'two' of type 'str' could not be converted to Integer"),
     (["resume=/nonexistent/step-000001"], "resume='/nonexistent/step-000001': no such checkpoint"),
-    (["resume=latest", "model.hidden_size=32"], "hidden_size: checkpoint has 64, this run has 32"),
+    (["resume=latest", "model.hidden_size=32"], "hidden_size: checkpoint has 128, this run has 32"),
     (["resume=latest", "parallel.world_size=2"],
      "A plain resume cannot change the layout; convert it through a universal checkpoint"),
     (["resume=latest", "parallel.zero_stage=2"], "baton ckpt reshard"),
