@@ -94,13 +94,9 @@ class Recording:
         handoff = self.store.handoff(handoff_id)
         if not downstream_stage_run.mlflow_run_id:
             return
-        chosen_model = self._model_id_of(handoff.chosen_checkpoint_id)
+        chosen_model = self.mlflow.model_id_for_checkpoint(handoff.chosen_checkpoint_id)
         self.mlflow.log_handoff(downstream_stage_run.mlflow_run_id, handoff, chosen_model,
                                 primary=primary)
-
-    def _model_id_of(self, checkpoint_id: int) -> str | None:
-        finder = getattr(self.mlflow, "model_id_for_checkpoint", None)
-        return finder(checkpoint_id) if finder else None
 
 
 def _read_metrics(path: Path) -> dict[int, dict]:

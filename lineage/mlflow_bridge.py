@@ -218,6 +218,14 @@ class MlflowLineage:
     def finish(self, run_id: str, status: str) -> None:
         self.client.set_terminated(run_id, STATUS.get(status, "FAILED"))
 
+    def model_id_for_checkpoint(self, checkpoint_id: int) -> Optional[str]:
+        """The logged model `log_checkpoint` made for a lineage checkpoint (tasks of one
+        pipeline may run in different processes, so it is looked up, not remembered)."""
+        found = self.client.search_logged_models(
+            experiment_ids=[self.experiment_id()],
+            filter_string=f"tags.`baton.checkpoint.id` = '{int(checkpoint_id)}'", max_results=1)
+        return found[0].model_id if found else None
+
 
 class NullMlflowLineage:
     """`mlflow.enabled=false`: every call is accepted and nothing is logged."""
@@ -242,6 +250,9 @@ class NullMlflowLineage:
 
     def finish(self, run_id, status) -> None:
         pass
+
+    def model_id_for_checkpoint(self, checkpoint_id) -> None:
+        return None
 
 
 def mlflow_lineage(cfg) -> MlflowLineage | NullMlflowLineage:

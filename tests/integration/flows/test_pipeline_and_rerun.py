@@ -55,3 +55,21 @@ def test_rerun_of_each_handoff_reproduces_bit_for_bit(pipeline_run, handoff_id):
     proc = run_baton("rerun", "--handoff", str(handoff_id), f"run.dir={run_dir}", timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "REPRODUCED bit for bit" in proc.stdout
+
+
+def test_mlflow_shows_the_handoff_on_the_downstream_run_and_links_the_chosen_model(pipeline_run):
+    from mlflow import MlflowClient
+
+    run_dir, _ = pipeline_run
+    client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("baton")
+    [rl] = client.search_runs([experiment.experiment_id], "tags.`baton.stage` = 'rl'")
+    rl = client.get_run(rl.info.run_id)
+    tags = rl.data.tags
+    assert tags["baton.handoff.criterion"] == "entropy_tolerance"
+    assert tags["baton.handoff.from_stage"] == "sft" and tags["baton.handoff.chosen_step"] in ("2", "4")
+    assert float(tags["baton.handoff.entropy"]) > 0
+    assert tags["baton.handoff.rm.criterion"] == "best_score"
+    inputs = {client.get_logged_model(m.model_id).tags["baton.stage"]
+              for m in rl.inputs.model_inputs}
+    assert inputs == {"sft", "rm"}
