@@ -74,3 +74,12 @@ def test_every_config_error_is_reported_at_once(tmp_path):
     assert "stage.global_batch=10 is not divisible" in proc.stderr
     assert "stage.max_stepz" in proc.stderr and "parallel.world_size" in proc.stderr
     assert not (tmp_path / "cpt").exists()
+
+
+def test_model_path_takes_any_local_hugging_face_directory(trained, tmp_path):
+    hf_dir = trained / "model"  # the built-in model, saved by save_pretrained
+    run_baton("stage", "cpt", f"run.dir={tmp_path}", f"model.path={hf_dir}", "stage.max_steps=1",
+              "stage.save_every=1", check=True)
+    meta = (tmp_path / "cpt" / "checkpoints" / "step-000001" / "meta.json").read_text()
+    assert f'"model_dir": "{hf_dir}"' in meta
+    assert not (tmp_path / "model").exists(), "no built-in model is created when model.path is set"
