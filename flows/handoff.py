@@ -36,7 +36,7 @@ def run_handoff(overrides: list[str], name: str, pipeline_run_id: int, from_stag
     from flows.recording import Recording
     from lineage import CandidateSpec
     from ckpt.selection import select
-    from stages.candidates import evaluate_candidates
+    from stages.candidates import evaluate_candidates, new_parameters
     from stages.model import ensure_model_dir
 
     cfg = stage_config(overrides, None, stage_root)
@@ -46,12 +46,13 @@ def run_handoff(overrides: list[str], name: str, pipeline_run_id: int, from_stag
     recorded = [c for c in rec.store.checkpoints(from_stage_run_id) if c.committed]
     by_path = {c.path: c for c in recorded}
     source_cfg = stage_config(overrides, plan.from_stage, stage_root)
+    model_dir = str(ensure_model_dir(source_cfg))
     candidates = evaluate_candidates([(c.path, c.step) for c in recorded], plan.from_stage,
-                                     str(ensure_model_dir(source_cfg)), target, plan.selection)
+                                     model_dir, target, plan.selection)
     sel = plan.selection
     chosen, reason = select(candidates, sel.criterion, score_metric=sel.score_metric,
                             entropy_floor=sel.entropy_floor, score_tolerance=sel.score_tolerance)
-    new_params = ["score.weight"] if plan.to_stage == "rm" else []
+    new_params = new_parameters(plan.to_stage, model_dir, chosen.path)
     carry = {**asdict(plan.carry), "new_parameters": new_params,
              "reset": [k for k, v in asdict(plan.carry).items() if not v]}
     handoff = rec.store.record_handoff(

@@ -57,3 +57,14 @@ def _rm_metrics(path, model_dir, tasks, target_cfg, selection) -> dict:
     metrics = RmObjective(stage_cfg, tokenizer, tasks).evaluate(model.eval())
     return {"eval_accuracy": metrics["eval_accuracy"], "heldout_loss": metrics["eval_loss"],
             "entropy": metrics["eval_pref_entropy"]}
+
+
+def new_parameters(to_stage: str, model_dir: str, checkpoint: str) -> list[str]:
+    """Parameters the downstream stage's model has and the chosen checkpoint lacks (the
+    RM's scalar head): they start freshly initialised, and the handoff records them."""
+    from ckpt.weights import consolidated_state_dict
+    from stages.objectives import OBJECTIVES
+
+    model, _ = OBJECTIVES[to_stage].build_model(model_dir)
+    saved = consolidated_state_dict(checkpoint)
+    return sorted(name for name, _ in model.named_parameters() if name not in saved)

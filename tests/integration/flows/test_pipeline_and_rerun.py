@@ -39,6 +39,8 @@ def test_the_pipeline_records_four_handoffs_with_criterion_step_and_entropy(pipe
     pairs = {(h["from_stage"], h["to_stage"]): h for h in handoffs}
     assert set(pairs) == {("cpt", "sft"), ("sft", "rm"), ("sft", "rl"), ("rm", "rl")}
     assert pairs[("sft", "rl")]["criterion"] == "entropy_tolerance"
+    assert pairs[("sft", "rm")]["carry_policy"]["new_parameters"] == ["score.weight"]
+    assert pairs[("sft", "rl")]["carry_policy"]["reset"] == ["optimizer", "scheduler", "rng"]
     for h in handoffs:
         assert h["chosen_step"] in (2, 4) and h["entropy"] > 0
         assert h["reshard"]["output_manifest_sha256"] and h["equivalence"]["passed"] is True
