@@ -52,7 +52,9 @@ def run_handoff(overrides: list[str], name: str, pipeline_run_id: int, from_stag
     sel = plan.selection
     chosen, reason = select(candidates, sel.criterion, score_metric=sel.score_metric,
                             entropy_floor=sel.entropy_floor, score_tolerance=sel.score_tolerance)
-    new_params = new_parameters(plan.to_stage, model_dir, chosen.path)
+    # A policy becomes the next stage's model; a reward model is loaded downstream as itself.
+    loaded_as = plan.to_stage if plan.role == "policy" else plan.from_stage
+    new_params = new_parameters(loaded_as, model_dir, chosen.path)
     carry = {**asdict(plan.carry), "new_parameters": new_params,
              "reset": [k for k, v in asdict(plan.carry).items() if not v]}
     handoff = rec.store.record_handoff(

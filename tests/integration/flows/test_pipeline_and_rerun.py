@@ -41,6 +41,7 @@ def test_the_pipeline_records_four_handoffs_with_criterion_step_and_entropy(pipe
     assert pairs[("sft", "rl")]["criterion"] == "entropy_tolerance"
     assert pairs[("sft", "rm")]["carry_policy"]["new_parameters"] == ["score.weight"]
     assert pairs[("sft", "rl")]["carry_policy"]["reset"] == ["optimizer", "scheduler", "rng"]
+    assert pairs[("rm", "rl")]["carry_policy"]["new_parameters"] == []
     for h in handoffs:
         assert h["chosen_step"] in (2, 4) and h["entropy"] > 0
         assert h["reshard"]["output_manifest_sha256"] and h["equivalence"]["passed"] is True
