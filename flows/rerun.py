@@ -71,6 +71,7 @@ def rerun_task(handoff_id: int, overrides: list[str]) -> dict:
     cfg = from_dict(config)
     stage_run = rec.start_stage(original_run.pipeline_run_id, handoff.to_stage,
                                 original_run.parallel_config, handoff_id=handoff_id)
+    rec.log_handoff(handoff_id, stage_run, primary=True)
     print(f"[rerun] handoff {handoff_id}: {handoff.to_stage} attempt {stage_run.attempt} in {attempt_dir}", flush=True)
     result = launch_stage(cfg, Path(meta["model_dir"]), {"rerun_of_stage_run": original_run.id,
                                                          "handoffs": [handoff_id]})

@@ -66,7 +66,9 @@ def test_mlflow_shows_the_handoff_on_the_downstream_run_and_links_the_chosen_mod
     run_dir, _ = pipeline_run
     client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("baton")
-    [rl] = client.search_runs([experiment.experiment_id], "tags.`baton.stage` = 'rl'")
+    # Attempt 1 is the pipeline's own RL run (re-runs add later attempts).
+    [rl] = client.search_runs([experiment.experiment_id],
+                              "tags.`baton.stage` = 'rl' and tags.`baton.attempt` = '1'")
     rl = client.get_run(rl.info.run_id)
     tags = rl.data.tags
     assert tags["baton.handoff.criterion"] == "entropy_tolerance"
