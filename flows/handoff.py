@@ -12,6 +12,7 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from ckpt.errors import ReshardError
 from flows.stage_config import stage_config
 
 
@@ -66,7 +67,16 @@ def run_handoff(overrides: list[str], name: str, pipeline_run_id: int, from_stag
           f"{sel.criterion}: {reason}", flush=True)
     for line in carry_lines(plan.carry, plan.to_stage, new_params):
         print(f"[handoff {name}] {line}", flush=True)
-    input_path = _reshard(rec, handoff.id, name, chosen.path, source_cfg, target, stage_root)
+    try:
+        input_path = _reshard(rec, handoff.id, name, chosen.path, source_cfg, target, stage_root)
+    except ReshardError as exc:
+        # The pipeline stops here; the record says why, on the handoff and as an event.
+        details = getattr(exc, "details", {})
+        rec.store.set_handoff_reshard(handoff.id, equivalence={**details, "passed": False,
+                                                               "error": str(exc)})
+        rec.store.record_event(from_stage_run_id, "handoff", "failure", step=chosen.step,
+                               detail={"handoff_id": handoff.id, "error": str(exc)})
+        raise
     _artifacts(name, handoff.id, candidates, chosen, reason)
     return {"handoff_id": handoff.id, "role": plan.role, "input_path": input_path,
             "chosen_path": chosen.path, "to_stage": plan.to_stage, "carry": asdict(plan.carry)}
