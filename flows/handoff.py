@@ -12,7 +12,7 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from ckpt.errors import ReshardError
+from ckpt.errors import CheckpointError
 from flows.stage_config import stage_config
 
 
@@ -69,7 +69,7 @@ def run_handoff(overrides: list[str], name: str, pipeline_run_id: int, from_stag
         print(f"[handoff {name}] {line}", flush=True)
     try:
         input_path = _reshard(rec, handoff.id, name, chosen.path, source_cfg, target, stage_root)
-    except ReshardError as exc:
+    except CheckpointError as exc:  # not equivalent, unsupported, or a damaged source
         # The pipeline stops here; the record says why, on the handoff and as an event.
         details = getattr(exc, "details", {})
         rec.store.set_handoff_reshard(handoff.id, equivalence={**details, "passed": False,
