@@ -18,6 +18,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "torch==2.13.0"
 	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/python -m stages.prebuild
 	touch $(STAMP)
 
 run: install

@@ -50,6 +50,10 @@ def worker_env() -> dict:
         has_gpu = False
     if not has_gpu:
         env.setdefault("DS_ACCELERATOR", "cpu")
+    from stages.prebuild import extensions_dir
+
+    # Built once by `make install` (stages.prebuild); private to this environment.
+    env.setdefault("TORCH_EXTENSIONS_DIR", extensions_dir())
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     return env
