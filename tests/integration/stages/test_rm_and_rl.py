@@ -85,7 +85,9 @@ def test_rl_resume_from_step_k_is_bit_exact_and_an_rl_checkpoint_needs_its_state
     keys = ("loss", "reward", "kl", "entropy", "response_length", "kl_coef", "eval_reward")
     for step in b:
         assert [a[step].get(k) for k in keys] == [b[step].get(k) for k in keys], step
-    assert any(a[s]["loss"] != 0.0 for s in a), "advantages were all zero: nothing was tested"
+    # Step 0 is the evaluation of the handed-off policy before any update (eval_at_start).
+    assert "eval_reward" in a[0] and "loss" not in a[0]
+    assert any(a[s]["loss"] != 0.0 for s in a if s >= 1), "advantages were all zero: nothing was tested"
     assert a[N]["kl_coef"] != a[1]["kl_coef"]  # the adaptive controller moved and was restored
 
     state = json.loads((_ckpt(straight, "rl", N) / "objective.json").read_text())
