@@ -11,6 +11,7 @@ from pathlib import Path
 
 from baton.config.compose import as_dict, config_hash
 from ckpt import manifest as manifest_io
+from ckpt.reproduce import read_trace
 from stages.run_files import METRICS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,7 +64,8 @@ class Recording:
 
     def stage_outputs(self, stage_run, run_dir: Path, checkpoints: list[dict]) -> list:
         """Per-step metrics to MLflow; every committed checkpoint to lineage and MLflow."""
-        trace = _read_metrics(run_dir / stage_run.stage / METRICS)
+        metrics_file = run_dir / stage_run.stage / METRICS
+        trace = read_trace(metrics_file) if metrics_file.is_file() else {}
         if stage_run.mlflow_run_id:
             for record in trace.values():
                 numbers = {k: v for k, v in record.items() if k != "step" and isinstance(v, (int, float))}
@@ -98,12 +100,3 @@ class Recording:
         self.mlflow.log_handoff(downstream_stage_run.mlflow_run_id, handoff, chosen_model,
                                 primary=primary)
 
-
-def _read_metrics(path: Path) -> dict[int, dict]:
-    if not path.is_file():
-        return {}
-    trace: dict[int, dict] = {}
-    for line in path.read_text().splitlines():
-        record = json.loads(line)
-        trace[record["step"]] = record
-    return trace
