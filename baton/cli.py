@@ -2,22 +2,26 @@
 
 Trailing `key=value` arguments are Hydra overrides of `conf/pipeline.yaml`; every
 command accepts them (`run.dir=…`, `store.url=…`). Exit codes: 0 ok, 1 a check
-failed (verify / diff / rerun verdict), 2 bad input (config, paths, records).
+failed (verify / diff / rerun verdict), 2 bad input (config, paths, records), 3 an
+internal error (a bug: BATON_DEBUG=1 shows its traceback).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from baton.errors import BatonError
+
+DEBUG_ENV = "BATON_DEBUG"
 
 # command -> (module, help). Modules are imported only when their command runs, so
 # `baton ckpt verify` does not pay for importing DeepSpeed or MLflow.
 COMMANDS = {
     "run": ("flows.cli", "run the whole pipeline (CPT -> SFT -> RM -> RL)"),
     "stage": ("baton.commands.stage", "run one stage's workers: baton stage cpt|sft|rm|rl [overrides]"),
-    "ckpt": ("baton.commands.ckpt", "verify | inspect | diff | reshard checkpoints"),
+    "ckpt": ("baton.commands.ckpt", "verify | inspect | diff | reshard | adopt | export | gc checkpoints"),
     "lineage": ("lineage.cli", "show | trace | handoff: browse the lineage store"),
     "db": ("lineage.cli_db", "upgrade | current: manage the lineage schema"),
     "ui": ("lineage.cli_ui", "start the MLflow UI on 127.0.0.1 against the run's store"),
@@ -53,17 +57,36 @@ def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args_only, overrides = split_overrides(argv)
-    parser = build_parser()
-    args = parser.parse_args(args_only)
-    args.overrides = overrides
+    command = "baton"
     try:
+        args_only, overrides = split_overrides(argv)
+        args = build_parser().parse_args(args_only)  # bad usage: SystemExit(2) with usage
+        command = f"baton {args.command}"
+        args.overrides = overrides
         return int(args._module.main(args) or 0)
     except BatonError as exc:
-        print(f"baton {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `baton ... | head`: the reader left; not an error worth a word
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # quiet exit flush
+        return 141
+    except Exception as exc:  # last resort: anything not turned into a BatonError is a bug
+        if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+            raise
+        print(internal_error(command, exc), file=sys.stderr)
+        return 3
+
+
+def internal_error(command: str, exc: BaseException) -> str:
+    """One paragraph for an unexpected exception: what it was, that it is baton's fault,
+    and how to get the traceback for a bug report."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    message = " ".join(lines[:3])[:500] or "(no message)"
+    return (f"{command}: internal error: {type(exc).__name__}: {message}. This is a bug "
+            f"in baton, not in your input; rerun with {DEBUG_ENV}=1 for the traceback and "
+            "report it with that output")
 
 
 if __name__ == "__main__":

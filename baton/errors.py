@@ -13,3 +13,11 @@ class ConfigError(BatonError):
         self.problems = list(problems)
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(f"{len(self.problems)} configuration error(s):\n{lines}")
+
+
+class UsageError(BatonError):
+    """A command-line argument that cannot be used as given."""
+
+    def __init__(self, argument: str, value: object, expected: str):
+        self.argument, self.value, self.expected = argument, value, expected
+        super().__init__(f"{argument}={value!r}: {expected}")

@@ -17,6 +17,9 @@ def check_carry_layout(directory: str | Path, world_size: int, zero_stage: int):
     """Verify the checkpoint and refuse a layout other than this run's; return its manifest."""
     directory = Path(directory)
     manifest = manifest_io.verify(directory)
+    if manifest.adopted is not None:
+        from ckpt.adopt import state_refusal
+        raise state_refusal(directory, manifest, "carried into this stage")
     here = {"world_size": world_size, "zero_stage": zero_stage}
     saved = {k: manifest.parallel.get(k) for k in here}
     if saved != here:

@@ -7,8 +7,10 @@ every rank reported its files.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import shutil
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,8 +19,10 @@ import torch.distributed as dist
 
 from ckpt import commit as commit_io
 from ckpt import manifest as manifest_io
+from ckpt.cleanup import remove_leftovers
 from ckpt.engine import BatonCheckpointEngine
-from ckpt.layout import MANIFEST, step_dirname
+from ckpt.errors import CheckpointWriteFailed
+from ckpt.layout import MANIFEST, read_latest, step_dirname
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +80,10 @@ class SavePayload:
 
 class Checkpointer:
     def __init__(self, engine, root: Path, stage: str, parallel: dict, keep_last: int,
-                 crash_in_save_at_step: int = -1):
+                 crash_in_save_at_step: int = -1, fail_write_at_step: int = -1):
         self.engine, self.root, self.stage = engine, Path(root), stage
         self.parallel, self.keep_last = parallel, keep_last
-        self.crash_at = crash_in_save_at_step
+        self.crash_at, self.fail_write_at = crash_in_save_at_step, fail_write_at_step
         self.io = BatonCheckpointEngine()
         engine.checkpoint_engine = self.io
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
@@ -91,8 +95,21 @@ class Checkpointer:
         if self.rank == 0:
             self.root.mkdir(parents=True, exist_ok=True)
             commit_io.clear_stale_tmp(self.root, name)
+            # Rank 0's launcher holds the stage lock: every other .tmp is a dead save's.
+            for leftover in remove_leftovers(self.root):
+                log.warning("removed %s: %s", leftover.path, leftover.why)
         dist.barrier()
+        try:
+            final = self._write_and_commit(step, name, tmp, payload)
+        except OSError as exc:  # disk full, quota, I/O error: say so, keep `latest` as it was
+            raise self._write_failed(step, tmp, exc) from None
+        dist.barrier()
+        return final
+
+    def _write_and_commit(self, step: int, name: str, tmp: Path, payload: SavePayload) -> Path:
         self.io.begin_save(tmp)
+        if step == self.fail_write_at and self.rank == 0:
+            self.io.fail_next_write = errno.ENOSPC
         self.engine.save_checkpoint(str(self.root), tag=tmp.name, save_latest=False)
         self.io.save_json(tmp / rng_file(self.rank), payload.rng)
         if payload.grad_buffers is not None:
@@ -117,8 +134,19 @@ class Checkpointer:
             removed = commit_io.apply_retention(self.root, self.keep_last)
             if removed:
                 log.info("retention removed %s", ", ".join(p.name for p in removed))
-        dist.barrier()
         return final
+
+    def _write_failed(self, step: int, tmp: Path, exc: OSError) -> CheckpointWriteFailed:
+        """`latest` was never moved, so it stays sound. The partial `.tmp` only takes space
+        on a full disk: remove it now (best effort; whatever another rank still writes into it
+        is cleared by the next save of this step)."""
+        shutil.rmtree(tmp, ignore_errors=True)
+        latest = read_latest(self.root)
+        file = None
+        if exc.filename:
+            name = Path(str(exc.filename))
+            file = name.relative_to(tmp).as_posix() if name.is_relative_to(tmp) else str(name)
+        return CheckpointWriteFailed(tmp, step, exc, latest.name if latest else None, file)
 
     def _manifest(self, tmp: Path, step: int, files: dict, payload: SavePayload):
         # Files DeepSpeed copies without its engine (its zero_to_fp32.py helper) are hashed here.

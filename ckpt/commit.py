@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from ckpt import manifest as manifest_io
-from ckpt.layout import LATEST, TMP_SUFFIX, committed_steps, read_latest
+from ckpt.layout import DELETING_SUFFIX, LATEST, TMP_SUFFIX, committed_steps, read_latest
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def clear_stale_tmp(root: Path, name: str) -> Path:
     return tmp
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -40,14 +40,14 @@ def _fsync_dir(path: Path) -> None:
 def commit(tmp: Path, manifest: manifest_io.Manifest) -> Path:
     """Write the manifest last, rename into place, then move `latest`. Returns the final dir."""
     manifest_io.write(tmp, manifest)
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
     final = tmp.with_name(tmp.name[: -len(TMP_SUFFIX)])
     if final.exists():
         # Re-saving a step (e.g. a resumed run reaching a step saved before): replace it
         # only after the new one is complete.
-        shutil.rmtree(final)
+        discard(final)
     os.rename(tmp, final)
-    _fsync_dir(final.parent)
+    fsync_dir(final.parent)
     point_latest(final)
     return final
 
@@ -59,7 +59,7 @@ def point_latest(final: Path) -> None:
     with open(staging) as handle:
         os.fsync(handle.fileno())
     os.replace(staging, pointer)
-    _fsync_dir(final.parent)
+    fsync_dir(final.parent)
 
 
 def apply_retention(root: Path, keep_last: int) -> list[Path]:
@@ -69,5 +69,17 @@ def apply_retention(root: Path, keep_last: int) -> list[Path]:
     keep = set(steps[-max(keep_last, 1):]) | ({latest} if latest else set())
     removed = [p for p in steps if p not in keep]
     for path in removed:
-        shutil.rmtree(path, ignore_errors=True)
+        discard(path)
     return removed
+
+
+def discard(path: Path) -> None:
+    """Delete a checkpoint directory without ever leaving a `step-N` that lacks files:
+    rename it out of the step namespace first (atomic), then delete. A kill mid-delete
+    leaves `step-N.deleting`, which the next save or `baton ckpt gc` removes."""
+    doomed = path.with_name(path.name + DELETING_SUFFIX)
+    if doomed.exists():
+        shutil.rmtree(doomed)
+    os.rename(path, doomed)
+    fsync_dir(path.parent)
+    shutil.rmtree(doomed, ignore_errors=True)

@@ -1,23 +1,19 @@
 """Can this run load that checkpoint as it is? Checked before any worker starts."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ckpt import manifest as manifest_io
 from ckpt.errors import IncompatibleCheckpoint
 from ckpt.manifest import Manifest
+from ckpt.reader import CheckpointReader
 
 META = "meta.json"
 
 
 def read_meta(directory: Path, manifest: Manifest) -> dict:
-    """meta.json after checking it against the manifest (JSON only: nothing unpickled)."""
-    entry = manifest.files.get(META)
-    data = (directory / META).read_bytes()
-    if entry is None or manifest_io.hashlib.sha256(data).hexdigest() != entry["sha256"]:
-        raise manifest_io.CorruptCheckpoint(directory, [f"{META} does not match the manifest"])
-    return json.loads(data)
+    """meta.json, read once and checked against the manifest (JSON only: nothing unpickled)."""
+    return CheckpointReader(directory, manifest).json(META)
 
 
 def differing_keys(saved: dict, current: dict) -> list[str]:
@@ -30,6 +26,9 @@ def check_resumable(directory: str | Path, stage: str, parallel: dict, identity:
     """Verify the checkpoint fully, then refuse a different stage, model or layout."""
     directory = Path(directory)
     manifest = manifest_io.verify(directory)
+    if manifest.adopted is not None:
+        from ckpt.adopt import state_refusal
+        raise state_refusal(directory, manifest, "resumed")
     if manifest.stage != stage:
         raise IncompatibleCheckpoint(directory, f"is a '{manifest.stage}' checkpoint; this is the "
                                      f"'{stage}' stage (start a new stage with stage.init_from=PATH)")

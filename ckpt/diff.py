@@ -1,13 +1,12 @@
 """Compare two checkpoints component by component, tensor by tensor.
 
-Every file is checked against its manifest before it is read. `meta.json` (config,
+Every file is read once and checked against its manifest before it is parsed
+(ckpt.reader); pickles are loaded weights_only. `meta.json` (config,
 argv, library versions) is reported but never makes checkpoints "different": a
 resumed run legitimately records a different `resume=` than the straight one.
 """
 from __future__ import annotations
 
-import io
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +14,8 @@ import torch
 
 from ckpt import manifest as manifest_io
 from ckpt.checkpointer import META, classify
+from ckpt.errors import CheckpointError, UnreadablePayload
+from ckpt.reader import CheckpointReader
 
 INFORMATIONAL = {META}
 
@@ -56,20 +57,20 @@ def _flatten(value, prefix: str, out: dict) -> None:
         out[prefix] = value
 
 
-def _load(directory: Path, rel: str, entry: dict):
-    data = (directory / rel).read_bytes()
-    if manifest_io.hashlib.sha256(data).hexdigest() != entry["sha256"]:
-        raise manifest_io.CorruptCheckpoint(directory, [f"checksum mismatch in {rel}"])
-    if rel.endswith(".json"):
-        return json.loads(data)
-    if rel.endswith(".safetensors"):
-        from safetensors.torch import load
-        return load(data)
-    if rel.endswith(".pt"):
-        from ckpt.engine import _allow_deepspeed_globals
-        _allow_deepspeed_globals()
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    return data
+def _load(reader: CheckpointReader, rel: str):
+    """Read once, check against the manifest, then parse those bytes (pickles weights_only)."""
+    return reader.load(rel)
+
+
+def _read(reader: CheckpointReader, rel: str):
+    """`_load`, with any failure to read the payload turned into "could not compare"
+    (`UnreadablePayload`, exit 2) rather than a traceback or a verdict of "different"."""
+    try:
+        return _load(reader, rel)
+    except CheckpointError:
+        raise
+    except Exception as exc:  # UnpicklingError, a torn zip, bad JSON or safetensors, I/O
+        raise UnreadablePayload(reader.directory, rel, exc) from None
 
 
 def _compare(a, b, diff: FileDiff, atol: float) -> None:
@@ -98,6 +99,7 @@ def _compare(a, b, diff: FileDiff, atol: float) -> None:
 def diff_checkpoints(a: str | Path, b: str | Path, atol: float = 0.0) -> DiffReport:
     a, b = Path(a), Path(b)
     ma, mb = manifest_io.verify(a), manifest_io.verify(b)
+    ra, rb = CheckpointReader(a, ma), CheckpointReader(b, mb)
     report = DiffReport(only_in_a=sorted(set(ma.files) - set(mb.files)),
                         only_in_b=sorted(set(mb.files) - set(ma.files)))
     zero = ma.parallel.get("zero_stage", 0)
@@ -108,7 +110,7 @@ def diff_checkpoints(a: str | Path, b: str | Path, atol: float = 0.0) -> DiffRep
         if ma.files[rel]["sha256"] == mb.files[rel]["sha256"]:
             diff.compared = 1
         else:
-            _compare(_load(a, rel, ma.files[rel]), _load(b, rel, mb.files[rel]), diff, atol)
+            _compare(_read(ra, rel), _read(rb, rel), diff, atol)
         if rel in INFORMATIONAL:
             if not diff.identical:
                 report.notes.append(f"{rel} differs at {diff.first_difference} (informational)")

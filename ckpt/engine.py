@@ -2,14 +2,13 @@
 
 Saving hashes each file while it is written (one pass) and fsyncs it, so the manifest
 needs no second read. Loading reads a file once, checks its sha256 against the
-manifest, and only then unpickles those same bytes with `weights_only=True`: a
-damaged or swapped file is never handed to the unpickler. Asynchronous or tiered
+manifest, and only then unpickles those same bytes with `weights_only=True` and the
+allow-list of `ckpt.safe_load`: a damaged, swapped or hostile file is never run. Asynchronous or tiered
 saving can replace `_write_bytes` without the stages knowing.
 """
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 from pathlib import Path
@@ -19,6 +18,8 @@ from deepspeed.runtime.checkpoint_engine.checkpoint_engine import CheckpointComm
 
 from ckpt.errors import CorruptCheckpoint, NotACheckpoint
 from ckpt.manifest import Manifest
+from ckpt.reader import CheckpointReader
+from ckpt.safe_load import allow_deepspeed_globals, load_verified_bytes
 
 ENGINE_NAME = "BatonCheckpointEngine"
 
@@ -28,30 +29,26 @@ class _HashingWriter:
 
     def __init__(self, handle):
         self._handle, self.digest, self.size = handle, hashlib.sha256(), 0
+        self.error: OSError | None = None
 
     def write(self, data) -> int:
         view = memoryview(data)
         self.digest.update(view)
         self.size += view.nbytes
-        return self._handle.write(view)
+        try:
+            return self._handle.write(view)
+        except OSError as exc:
+            # torch.save's zip writer turns this into a RuntimeError that no longer says
+            # "No space left on device"; keep it so `_write` can raise the real cause.
+            self.error = exc
+            raise
 
     def flush(self) -> None:
         self._handle.flush()
 
 
-def _allow_deepspeed_globals() -> None:
-    """Classes DeepSpeed pickles into its checkpoint files, allowed for weights_only loads."""
-    from deepspeed.runtime.config import DeepSpeedConfig
-    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
-    from deepspeed.utils.tensor_fragment import fragment_address
-
-    safe = [DeepSpeedConfig, LossScaler, DynamicLossScaler, fragment_address]
-    try:
-        from deepspeed.runtime.zero.config import ZeroStageEnum
-        safe.append(ZeroStageEnum)
-    except ImportError:
-        pass
-    torch.serialization.add_safe_globals(safe)
+# The allow-list lives in ckpt.safe_load; this name stays for code that imported it here.
+_allow_deepspeed_globals = allow_deepspeed_globals
 
 
 class BatonCheckpointEngine(CheckpointEngine):
@@ -61,6 +58,8 @@ class BatonCheckpointEngine(CheckpointEngine):
         self.directory: Path | None = None
         self.written: dict[str, dict] = {}
         self._expected: Manifest | None = None
+        self.fail_next_write: int | None = None
+        """Fault injection (debug.fail_write_at_step): the next write raises OSError(errno)."""
         _allow_deepspeed_globals()
 
     # -- saving -----------------------------------------------------------------------
@@ -82,12 +81,26 @@ class BatonCheckpointEngine(CheckpointEngine):
         self._write(path, lambda handle: handle.write(data))
 
     def _write(self, path: Path, writer) -> None:
+        """Write, hash and fsync one file. A refused write raises the OSError itself
+        (ENOSPC, EIO, ...), whichever layer it passed through."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb") as raw:
-            hashing = _HashingWriter(raw)
-            writer(hashing)
-            raw.flush()
-            os.fsync(raw.fileno())
+        if self.fail_next_write is not None:
+            code, self.fail_next_write = self.fail_next_write, None
+            raise OSError(code, os.strerror(code), str(path))
+        try:
+            with open(path, "wb") as raw:
+                hashing = _HashingWriter(raw)
+                try:
+                    writer(hashing)
+                except RuntimeError:
+                    if hashing.error is None:
+                        raise
+                    raise hashing.error from None
+                raw.flush()
+                os.fsync(raw.fileno())
+        except OSError as exc:
+            exc.filename = exc.filename or str(path)  # name the file the disk refused
+            raise
         rel = path.relative_to(self.directory).as_posix()
         self.written[rel] = {"size": hashing.size, "sha256": hashing.digest.hexdigest()}
 
@@ -97,26 +110,20 @@ class BatonCheckpointEngine(CheckpointEngine):
     # -- loading ----------------------------------------------------------------------
     def begin_load(self, directory: Path, manifest: Manifest) -> None:
         self.directory, self._expected = Path(directory), manifest
+        self._reader = CheckpointReader(directory, manifest)
 
     def read_verified(self, path: Path) -> bytes:
-        """The file's bytes, after checking them against the manifest."""
+        """The file's bytes, read once and checked against the manifest."""
         if self._expected is None:
             raise NotACheckpoint(path, "load attempted without a verified manifest")
-        rel = Path(path).resolve().relative_to(self.directory.resolve()).as_posix()
-        entry = self._expected.files.get(rel)
-        if entry is None:
-            raise CorruptCheckpoint(self.directory, [f"{rel} is not listed in the manifest"])
-        data = Path(path).read_bytes()
-        actual = hashlib.sha256(data).hexdigest()
-        if len(data) != entry["size"] or actual != entry["sha256"]:
-            raise CorruptCheckpoint(self.directory, [
-                f"checksum mismatch in {rel}: sha256 {actual[:16]}… ({len(data)} bytes) read, "
-                f"{entry['sha256'][:16]}… ({entry['size']} bytes) in the manifest"])
-        return data
+        resolved, root = Path(path).resolve(), self.directory.resolve()
+        if not resolved.is_relative_to(root):
+            raise CorruptCheckpoint(self.directory, [f"{path} is outside the checkpoint directory"])
+        return self._reader.bytes(resolved.relative_to(root).as_posix())
 
     def load(self, path: str, map_location=None):
-        data = self.read_verified(Path(path))
-        return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+        """DeepSpeed's reads: checked bytes, then a weights_only load (ckpt.safe_load)."""
+        return load_verified_bytes(self.read_verified(Path(path)), path, map_location)
 
     def load_json(self, path: Path):
         return json.loads(self.read_verified(path))

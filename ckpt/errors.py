@@ -1,6 +1,8 @@
 """Checkpoint errors. Each names the path and what is wrong with it."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from baton.errors import BatonError
 
 
@@ -12,6 +14,15 @@ class CheckpointError(BatonError):
 
 class NotACheckpoint(CheckpointError):
     """No committed checkpoint at the path (missing directory or manifest, or uncommitted)."""
+
+
+class ForeignCheckpoint(NotACheckpoint):
+    """A checkpoint baton did not write (plain DeepSpeed, Hugging Face): `kind` says which;
+    `baton ckpt adopt` brings it in."""
+
+    def __init__(self, path, kind: str, description: str):
+        self.kind = kind
+        super().__init__(path, description)
 
 
 class CorruptCheckpoint(CheckpointError):
@@ -50,3 +61,73 @@ class ReshardNotEquivalent(ReshardError):
         super().__init__(dst, f"resharded checkpoint of {self.src} is not equivalent to it "
                          f"(failed: {failed or 'unknown'}); nothing was committed at {self.dst}. "
                          f"Details: {details}")
+
+
+class CheckpointWriteFailed(CheckpointError):
+    """The disk refused a save (full, quota, I/O error): nothing of it was committed."""
+
+    def __init__(self, path, step: int, error: OSError, latest: str | None, file: str | None = None):
+        self.step, self.errno, self.strerror = step, error.errno, error.strerror or str(error)
+        self.latest, self.file = latest, file
+        kept = (f"`latest` still points to {latest}, the previous complete checkpoint"
+                if latest else "no earlier checkpoint of this stage was committed")
+        where = f" (writing {file})" if file else ""
+        super().__init__(path, (
+            f"could not save the checkpoint of step {step}: [Errno {self.errno}] "
+            f"{self.strerror}{where}. Nothing of this save was committed (its partial "
+            f"directory is discarded); {kept}. Free space on the filesystem that holds "
+            f"{Path(str(path)).parent} (delete other files there, or keep fewer checkpoints "
+            "with a lower stage.keep_last), then resume the stage with resume=latest"))
+
+
+class UnreadablePayload(CheckpointError):
+    """A file that matches its manifest but cannot be read safely (e.g. a pickle that a
+    weights_only load refuses): checkpoints holding it cannot be compared or loaded."""
+
+    def __init__(self, path, file: str, cause: BaseException):
+        self.file = file
+        self.cause = f"{type(cause).__name__}: " + (str(cause).strip().splitlines() or [""])[0]
+        super().__init__(path, f"{file} cannot be read safely ({self.cause}); nothing in it was "
+                         "executed. Check where this checkpoint came from (`baton ckpt verify` "
+                         "only proves its bytes match its manifest)")
+
+
+class UnsafeCheckpoint(CheckpointError):
+    """A pickle holding objects outside the weights_only allow-list (docs/security.md):
+    refused unread, so nothing in it ran."""
+
+    def __init__(self, path, found: list[str] | str):
+        self.found = [found] if isinstance(found, str) else list(found)
+        super().__init__(path, (
+            f"contains objects outside the allow-list of safe types ({', '.join(self.found)}); "
+            "it was not loaded and nothing in it was executed. baton and DeepSpeed write only "
+            "tensors, plain containers and the allow-listed DeepSpeed classes (docs/security.md), "
+            "so this file was altered or comes from an untrusted source: do not use this "
+            "checkpoint; take one from a run you trust"))
+
+
+class UnconfinedPath(CheckpointError):
+    """The manifest names a path outside its checkpoint directory (absolute, `..`, a
+    symlink out): refused before any listed file is read."""
+
+    def __init__(self, path, problems: list[str]):
+        self.problems = list(problems)
+        body = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(path, (
+            f"manifest.json lists paths outside the checkpoint directory; nothing was read:\n"
+            f"{body}\nEvery manifest path must be relative and normalized (no '..', '.', empty "
+            "segments or backslashes) and stay inside the checkpoint directory, symlinks "
+            "included. baton never writes such a manifest: this one was altered"))
+
+
+class BadSignature(CheckpointError):
+    """Signing is on (ckpt.signing_key_env) and the manifest is unsigned or signed with
+    another key: refused before any other byte of the checkpoint is read."""
+
+    def __init__(self, path, env_name: str, why: str):
+        self.env_name, self.why = env_name, why
+        super().__init__(path, (
+            f"manifest.json {why}; with ckpt.signing_key_env={env_name} only manifests signed "
+            f"with the key in ${env_name} are accepted, so nothing else was read. Use a "
+            f"checkpoint written by a run holding that key, or check that ${env_name} holds "
+            "the key it was signed with"))

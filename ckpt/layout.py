@@ -6,6 +6,8 @@ from pathlib import Path
 
 LATEST = "latest"
 TMP_SUFFIX = ".tmp"
+# A checkpoint being deleted is first renamed to step-N.deleting (see ckpt.commit.discard).
+DELETING_SUFFIX = ".deleting"
 MANIFEST = "manifest.json"
 # step-000010 at an optimizer-step boundary; step-000010-micro-01 when a preemption
 # saved mid-accumulation (one micro-batch of step 11 already accumulated).

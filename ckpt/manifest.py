@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ckpt.errors import CorruptCheckpoint, NotACheckpoint
+from ckpt.errors import CorruptCheckpoint, NotACheckpoint, UnconfinedPath
 from ckpt.layout import MANIFEST, TMP_SUFFIX
 
 FORMAT = "baton.checkpoint/1"
@@ -21,6 +21,10 @@ GRAD_ACCUM = "grad_accum"
 RL_STATE = "rl_state"
 # Components only some stages have: RL's KL controller and frozen-model identities.
 STAGE_REQUIRED = {"rl": (RL_STATE,)}
+# `extra[ADOPTED]` marks a checkpoint brought in by `baton ckpt adopt` (origin, absent
+# components): it has only weights and meta, so only those are required.
+ADOPTED = "adopted"
+ADOPTED_REQUIRED = ("model", "meta")
 _CHUNK = 1 << 20
 
 
@@ -45,10 +49,19 @@ class Manifest:
     format: str = FORMAT
     extra: dict = field(default_factory=dict)
     """Stage-specific facts (RL: reference identity, KL controller, ...)."""
+    signature: dict | None = None
+    """{"alg": "hmac-sha256", "value": hex} when written with ckpt.signing_key_env (ckpt.signing)."""
 
     def required_components(self) -> tuple[str, ...]:
+        if self.adopted is not None:
+            return ADOPTED_REQUIRED
         return (REQUIRED + STAGE_REQUIRED.get(self.stage, ())
                 + ((GRAD_ACCUM,) if self.mid_accumulation else ()))
+
+    @property
+    def adopted(self) -> dict | None:
+        """Origin of an adopted checkpoint (source, kind, sha256s, absent components)."""
+        return self.extra.get(ADOPTED)
 
     def total_bytes(self) -> int:
         return sum(entry["size"] for entry in self.files.values())
@@ -66,7 +79,11 @@ def checksum_of(manifest_path: Path) -> str:
 
 
 def write(directory: Path, manifest: Manifest) -> Path:
-    """Write the manifest (fsynced): the last file of a checkpoint."""
+    """Write the manifest (fsynced): the last file of a checkpoint. Signed when this
+    process has a signing key configured (ckpt.signing)."""
+    from ckpt import signing
+
+    manifest.signature = signing.signature_for(manifest.__dict__)
     path = directory / MANIFEST
     with open(path, "w") as handle:
         handle.write(manifest.to_json())
@@ -84,12 +101,36 @@ def read(directory: str | Path) -> Manifest:
         raise NotACheckpoint(directory, "no such checkpoint directory")
     path = directory / MANIFEST
     if not path.is_file():
+        from ckpt.foreign import refusal  # a foreign checkpoint is named as such, not "unfinished"
+        foreign = refusal(directory)
+        if foreign is not None:
+            raise foreign
         raise NotACheckpoint(directory, f"missing {MANIFEST}: not a committed checkpoint "
                              "(the manifest is written last, so the save never finished)")
     try:
-        return Manifest.from_json(path.read_text())
+        data = json.loads(path.read_bytes())  # read once: what is checked is what is used
+        manifest = Manifest(**data)
     except (ValueError, TypeError) as exc:
         raise CorruptCheckpoint(directory, [f"{MANIFEST} is unreadable: {exc}"]) from exc
+    from ckpt import confine, signing
+
+    signing.check(directory, data)  # before any other byte of the checkpoint is read
+    if not _well_formed(manifest):
+        raise CorruptCheckpoint(directory, [f"{MANIFEST} is unreadable: 'files' must map each "
+                                            "path to {size, sha256} and 'components' each name "
+                                            "to a list of paths"])
+    escaping = confine.problems(directory, manifest.files, manifest.components)
+    if escaping:
+        raise UnconfinedPath(directory, escaping)
+    return manifest
+
+
+def _well_formed(manifest: Manifest) -> bool:
+    entries_ok = isinstance(manifest.files, dict) and all(
+        isinstance(e, dict) and isinstance(e.get("size"), int) and isinstance(e.get("sha256"), str)
+        for e in manifest.files.values())
+    return entries_ok and isinstance(manifest.components, dict) and all(
+        isinstance(names, list) for names in manifest.components.values())
 
 
 def structure_problems(directory: Path, manifest: Manifest) -> list[str]:
@@ -133,4 +174,7 @@ def verify(directory: str | Path, checksums: bool = True) -> Manifest:
         problems += checksum_problems(directory, manifest)
     if problems:
         raise CorruptCheckpoint(directory, problems)
+    if checksums:  # sound bytes may still be a hostile pickle: refuse it before any load
+        from ckpt.safe_load import check_pickles
+        check_pickles(directory, manifest)
     return manifest

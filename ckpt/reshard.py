@@ -9,11 +9,9 @@ DST exists only once every step passed; the working folder is removed either way
 from __future__ import annotations
 
 import io
-import json
 import re
 import shutil
 import subprocess
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -28,6 +26,7 @@ from ckpt.compat import read_meta
 from ckpt.equivalence import check_equivalence
 from ckpt.errors import ReshardError, ReshardNotEquivalent, ReshardUnsupported
 from ckpt.layout import MANIFEST, committed_steps
+from ckpt.reader import CheckpointReader
 
 LAYOUT_KEYS = ("world_size", "zero_stage")
 WORK_SUFFIX = ".reshard"
@@ -91,8 +90,14 @@ def reshard(src: str | Path, dst: str | Path, cfg_overrides: list[str]) -> Resha
 
     src, dst = Path(src).resolve(), Path(dst).resolve()
     manifest = manifest_io.verify(src)  # every checksum, before anything unpickles SRC
+    if manifest.adopted is not None:  # weights only: they load under any layout as they are
+        from ckpt.adopt import state_refusal
+        raise state_refusal(src, manifest, "resharded")
     meta = read_meta(src, manifest)
     cfg = target_config(src, meta, cfg_overrides)
+    if cfg.ckpt.signing_key_env:  # DST is signed with the key SRC's run (or the caller) names
+        from ckpt import signing
+        signing.configure(cfg.ckpt.signing_key_env)
     source = {k: manifest.parallel[k] for k in LAYOUT_KEYS}
     target = {"world_size": cfg.parallel.world_size, "zero_stage": cfg.parallel.zero_stage}
     _refuse_early(src, dst, manifest, source, target)
@@ -119,10 +124,7 @@ def reshard(src: str | Path, dst: str | Path, cfg_overrides: list[str]) -> Resha
 
 
 def _read_json(src: Path, manifest, rel: str) -> dict:
-    data = (src / rel).read_bytes()
-    if manifest_io.hashlib.sha256(data).hexdigest() != manifest.files[rel]["sha256"]:
-        raise manifest_io.CorruptCheckpoint(src, [f"{rel} changed since it was verified"])
-    return json.loads(data)
+    return CheckpointReader(src, manifest).json(rel)
 
 
 def _first_traceback(output: str) -> str:
@@ -146,21 +148,21 @@ def _run_workers(src: Path, cfg, meta: dict, manifest, folder: Path, work: Path,
     """Launch the target ranks (same torchrun pattern as stages.launch); return the staged
     checkpoint they committed under `work/staging`."""
     from stages.launch import worker_env
+    from stages.lifeline import torchrun_command, write_launch_file
 
     staging = work / "staging"
     launch_file = work / "launch.json"
-    launch_file.write_text(json.dumps({
+    binding = write_launch_file(launch_file, {
         "config": as_dict(cfg), "config_hash": config_hash(cfg), "model_dir": meta["model_dir"],
         "parent": {"resharded_from": str(src)}, "source": str(src), "universal": str(folder),
         "fingerprint": universal.fingerprint(folder), "staging": str(staging),
         "progress": _target_progress(_read_json(src, manifest, "progress.json"), cfg),
         "data": _read_json(src, manifest, "data.json"), "transform": transform,
         "probe_indices": list(range(cfg.stage.micro_batch)),
-        "probe_out": str(work / "probe.json")}, indent=1))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={cfg.parallel.world_size}", "-m", "ckpt.reshard_worker",
-               str(launch_file)]
-    proc = subprocess.run(command, env=worker_env(), capture_output=True, text=True)
+        "probe_out": str(work / "probe.json")})
+    # Under stages.lifeline: the target ranks die with this process, whatever kills it.
+    command = torchrun_command(cfg.parallel.world_size, "ckpt.reshard_worker", launch_file)
+    proc = subprocess.run(command, env={**worker_env(), **binding}, capture_output=True, text=True)
     staged = committed_steps(staging)
     if proc.returncode != 0 or not staged:
         source = transform["source_parallel"]

@@ -1,7 +1,7 @@
 """Load a universal checkpoint under the target layout and save it as a baton checkpoint.
 
-One process per target rank: `python -m torch.distributed.run --standalone
---nproc-per-node=N -m ckpt.reshard_worker LAUNCH.json` (launched by ckpt.reshard).
+One process per target rank: `python -m stages.lifeline --standalone --nproc-per-node=N
+-m ckpt.reshard_worker LAUNCH.json` (torchrun tied to its launcher, ckpt.reshard).
 Builds the stage's model and engine exactly as `stages.worker` does, with DeepSpeed's
 `load_universal` on, loads, runs the probe batch, and saves through `Checkpointer` into
 a staging root; ckpt.reshard decides whether it becomes DST.
@@ -17,11 +17,12 @@ import torch
 import torch.distributed as dist
 
 from baton.config.compose import from_dict
-from ckpt import universal
+from ckpt import safe_load, signing, universal
 from ckpt.checkpointer import Checkpointer, SavePayload
 from ckpt.state import RngState, derived_seed, seed_everything
 from stages import objectives
 from stages.engine_setup import deepspeed_config, init_distributed, warmup_decay
+from stages.lifeline import worker_start
 from stages.model import load_model_and_tokenizer, model_identity
 from stages.run_files import RunFiles
 from stages.tasks import HELDOUT, ArithmeticTasks
@@ -120,8 +121,10 @@ def save(engine, launch: dict, cfg, identity: dict, rank: int, world: int) -> Pa
 
 def main(launch_path: str) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    launch = json.loads(Path(launch_path).read_text())
+    launch = worker_start(launch_path)  # dies with its launcher; refuses another's launch file
+    safe_load.install()  # DeepSpeed's universal loader calls torch.load(weights_only=False)
     cfg = from_dict(launch["config"])
+    signing.configure(cfg.ckpt.signing_key_env)  # the staged checkpoint is signed like SRC's run
     rank, world = init_distributed(cfg.parallel)
     seed_everything(derived_seed(cfg.seed, cfg.stage.name, rank))
     model, tokenizer = load_model_and_tokenizer(launch["model_dir"])

@@ -5,7 +5,8 @@ Layout (DeepSpeed's): `<tag>/mp_rank_00_model_states.pt` (scheduler, counters) a
 `step.pt` and `zero/optimizer_state.pt` (global optimizer state). ZeRO 1-3 sources go
 through `deepspeed.checkpoint.ds_to_universal`; a ZeRO-0 source has no optimizer shard
 files for it to read, so the same layout is written here from the full state in
-`mp_rank_00_model_states.pt`.
+`mp_rank_00_model_states.pt`. Every load is weights_only (ckpt.safe_load), DeepSpeed's
+included.
 """
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from pathlib import Path
 import torch
 
 from ckpt import manifest as manifest_io
+from ckpt import safe_load
 from ckpt.errors import CorruptCheckpoint
+from ckpt.reader import CheckpointReader, pickle_files, private_copy
 
 CONVERTER = "deepspeed.checkpoint.ds_to_universal"
 ZERO0_CONVERTER = "baton.ckpt.universal.zero0_to_universal"
@@ -32,32 +35,40 @@ def converter_name(zero_stage: int) -> str:
 
 
 def load_file(path: Path):
-    # Only files of a checkpoint verified by the caller, or of the universal folder this
-    # process wrote, reach here; DeepSpeed pickles non-tensor objects into them.
-    return torch.load(path, map_location="cpu", weights_only=False)
+    """A file of a universal folder this process wrote (or checked against the fingerprint
+    its writer recorded): still a weights_only load, like every other."""
+    return safe_load.load_file(path)
 
 
 def to_universal(src: Path, out: Path, zero_stage: int, log: io.StringIO) -> Path:
-    """Write the universal form of the verified checkpoint `src` to `out` (a tag folder)."""
+    """Write the universal form of the checkpoint `src` (verified by the caller) to `out`
+    (a tag folder). Every source file is read once and checked against its manifest
+    (ckpt.reader); DeepSpeed's converter reads a private copy of those checked bytes,
+    under a forced weights_only load."""
+    reader = CheckpointReader(src)
     if zero_stage == 0:
-        _zero0_to_universal(src, out)
+        _zero0_to_universal(reader, out)
     else:
         from deepspeed.checkpoint import ds_to_universal
 
-        args = Namespace(input_folder=str(src), output_folder=str(out), num_extract_workers=1,
-                         num_merge_workers=1, keep_temp_folder=False, strict=True,
-                         # baton is not Megatron: its model files carry no universal info
-                         inject_missing_state=True)
-        # The converter keeps a module-level fragment counter its dump function increments.
-        ds_to_universal.cnt = 0
-        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-            ds_to_universal.main(args)
+        with private_copy(reader, pickle_files(reader.manifest), under=out.parent) as copy:
+            args = Namespace(input_folder=str(copy), output_folder=str(out),
+                             num_extract_workers=1, num_merge_workers=1, keep_temp_folder=False,
+                             strict=True,
+                             # baton is not Megatron: its model files carry no universal info
+                             inject_missing_state=True)
+            # The converter keeps a module-level fragment counter its dump function increments.
+            ds_to_universal.cnt = 0
+            with safe_load.forced_safe_load(src), contextlib.redirect_stdout(log), \
+                    contextlib.redirect_stderr(log):
+                ds_to_universal.main(args)
     _normalise(out)
     return out
 
 
-def _zero0_to_universal(src: Path, out: Path) -> None:
-    states = load_file(src / MODEL_STATES)
+def _zero0_to_universal(reader: CheckpointReader, out: Path) -> None:
+    src = reader.directory
+    states = reader.torch(MODEL_STATES)
     optim = states["optimizer"]
     buffers = set(states.get("buffer_names") or [])
     names = [n for n in states["module"] if n not in buffers]

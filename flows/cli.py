@@ -29,13 +29,30 @@ def main(args) -> int:
     from baton.config import compose
 
     overrides = list(args.overrides)
-    if args.stages:
+    if args.stages is not None:  # `--stages ""` is a mistake to report, not "all stages"
         overrides.append(f"pipeline.stages=[{args.stages}]")
     cfg = compose(overrides)  # every config error before Prefect starts
-    embedded_prefect_env(cfg.run.dir)
-    from flows.pipeline import post_training
+    from stages.preflight import check_stage_inputs
+    from stages.run_lock import run_lock
 
-    result = post_training(overrides)
+    check_stage_inputs(cfg)  # model.path too: a bad model directory is refused before Prefect
+
+    with run_lock(cfg.run.dir):  # one pipeline per run directory, refused before Prefect starts
+        return _run(cfg, overrides)
+
+
+def _run(cfg, overrides: list[str]) -> int:
+    embedded_prefect_env(cfg.run.dir)
+    from flows.ephemeral_server import owned_ephemeral_server
+    from flows.log_filters import hide_user_error_tracebacks
+    from flows.pipeline import post_training
+    from flows.safe_overrides import safe_overrides
+
+    hide_user_error_tracebacks()  # the error's message is printed once, by baton.cli
+
+    # Prefect stores the flow's parameters: they must not hold the password.
+    with owned_ephemeral_server():
+        result = post_training(safe_overrides(overrides, cfg))
     print(f"[baton] pipeline run #{result['pipeline_run_id']} completed; files under {result['root']}")
     for stage, outcome in result["stages"].items():
         last = outcome["checkpoints"][-1] if outcome["checkpoints"] else "none"

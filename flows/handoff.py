@@ -41,6 +41,8 @@ def run_handoff(overrides: list[str], name: str, pipeline_run_id: int, from_stag
     from stages.model import ensure_model_dir
 
     cfg = stage_config(overrides, None, stage_root)
+    from ckpt import signing
+    signing.configure(cfg.ckpt.signing_key_env)  # candidates are read (and resharded) here
     plan = cfg.pipeline.handoffs[name]
     target = stage_config(overrides, plan.to_stage, stage_root)
     rec = Recording(cfg)

@@ -42,8 +42,9 @@ def _inputs_as_overrides(inputs: list[dict]) -> tuple[dict | None, list[str]]:
       cache_policy=NO_CACHE)
 def run_stage(overrides: list[str], stage: str, pipeline_run_id: int, root: str,
               inputs: list[dict]) -> dict:
+    from baton.errors import BatonError
     from flows.recording import Recording
-    from stages.launch import StageFailed, launch_stage
+    from stages.launch import launch_stage
     from stages.model import ensure_model_dir
 
     policy, extra = _inputs_as_overrides(inputs)
@@ -60,7 +61,7 @@ def run_stage(overrides: list[str], stage: str, pipeline_run_id: int, root: str,
               "init_from": cfg.stage.init_from}
     try:
         result = launch_stage(cfg, ensure_model_dir(cfg), parent)
-    except StageFailed as exc:
+    except BatonError as exc:  # StageFailed, or an input refused before any worker started
         rec.store.record_event(stage_run.id, "trainer", "failure", detail={"error": str(exc)})
         rec.finish_stage(stage_run.id, "failed")
         raise

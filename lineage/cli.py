@@ -28,8 +28,10 @@ def _console():
 
 
 def _print_json(data) -> None:
+    from baton.config.secrets import redact_values
     from lineage.records import to_jsonable
-    print(json.dumps(to_jsonable(data), indent=2, sort_keys=False))
+    # Configs are stored redacted; masking again covers stores written before that.
+    print(json.dumps(redact_values(to_jsonable(data)), indent=2, sort_keys=False))
 
 
 def show(store, args) -> int:

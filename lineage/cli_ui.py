@@ -9,8 +9,16 @@ from pathlib import Path
 DEFAULT_PORT = 5000
 
 
+def port(text: str) -> int:
+    """A TCP port, refused by argparse (exit 2) before any server starts."""
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value}: expected a TCP port between 1 and 65535")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port on 127.0.0.1")
+    parser.add_argument("--port", type=port, default=DEFAULT_PORT, help="port on 127.0.0.1")
 
 
 def server_command(tracking_uri: str, artifact_root: str, port: int) -> list[str]:

@@ -24,7 +24,11 @@ MAX_ATTEMPTS = 12
 
 
 def make_engine(url: str) -> Engine:
-    parsed = make_url(url)
+    from baton.config.secrets import connectable
+
+    # A `***` password (how a composed config holds one) means: libpq reads it from
+    # PGPASSWORD, ~/.pgpass or PGPASSFILE.
+    parsed = make_url(connectable(url))
     if parsed.get_backend_name() == "sqlite":
         engine = create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
         _configure_sqlite(engine)

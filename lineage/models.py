@@ -20,7 +20,8 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-RUN_STATUSES = ("running", "completed", "failed", "preempted")
+# `crashed`: left `running` by an owner process that is gone (lineage.owners).
+RUN_STATUSES = ("running", "completed", "failed", "preempted", "crashed")
 CHECKPOINT_FORMATS = ("deepspeed", "universal", "hf")
 
 
@@ -47,6 +48,10 @@ class PipelineRun(Base):
     status: Mapped[str] = mapped_column(String(20))
     started_at: Mapped[datetime]
     ended_at: Mapped[Optional[datetime]]
+    # The process running it; see StageRun.
+    owner_host: Mapped[Optional[str]] = mapped_column(String(255))
+    owner_pid: Mapped[Optional[int]] = mapped_column(Integer)
+    owner_pid_start: Mapped[Optional[int]] = mapped_column(BigInteger)
 
     stage_runs: Mapped[list["StageRun"]] = relationship(back_populates="pipeline_run")
 
@@ -71,6 +76,11 @@ class StageRun(Base):
     mlflow_run_id: Mapped[Optional[str]] = mapped_column(String(64))
     resumed_from_checkpoint_id: Mapped[Optional[int]] = mapped_column(
         ForeignKey("checkpoints.id", use_alter=True))
+    # The process running it (host, pid, the pid's start in clock ticks after boot, which
+    # tells a reused pid apart): lineage.owners marks the run `crashed` once it is gone.
+    owner_host: Mapped[Optional[str]] = mapped_column(String(255))
+    owner_pid: Mapped[Optional[int]] = mapped_column(Integer)
+    owner_pid_start: Mapped[Optional[int]] = mapped_column(BigInteger)
 
     pipeline_run: Mapped[PipelineRun] = relationship(back_populates="stage_runs")
 

@@ -13,7 +13,14 @@ from lineage.errors import UnknownRecord
 HINT = "list what is recorded with `baton lineage show`"
 
 
+# Ids are 64-bit integers in every backend; a larger one (typed by hand) names nothing,
+# and SQLite's driver would raise OverflowError on it rather than find no row.
+MAX_ID = 2**63 - 1
+
+
 def get(session: Session, model, key: int, kind: str, url: str):
+    if isinstance(key, int) and not -MAX_ID <= key <= MAX_ID:
+        raise UnknownRecord(kind, key, url, HINT)
     row = session.get(model, key)
     if row is None:
         raise UnknownRecord(kind, key, url, HINT)

@@ -46,12 +46,14 @@ class PipelineRun:
     status: str
     started_at: datetime
     ended_at: Optional[datetime]
+    owner_host: Optional[str] = None
+    owner_pid: Optional[int] = None
 
     @classmethod
     def of(cls, row: m.PipelineRun) -> "PipelineRun":
         return cls(row.id, row.name, row.config, row.config_hash, row.seed, row.code_version,
                    row.prefect_flow_run_id, row.mlflow_run_id, row.status,
-                   _aware(row.started_at), _aware(row.ended_at))
+                   _aware(row.started_at), _aware(row.ended_at), row.owner_host, row.owner_pid)
 
 
 @dataclass(frozen=True)
@@ -67,12 +69,15 @@ class StageRun:
     ended_at: Optional[datetime]
     mlflow_run_id: Optional[str]
     resumed_from_checkpoint_id: Optional[int]
+    owner_host: Optional[str] = None
+    owner_pid: Optional[int] = None
 
     @classmethod
     def of(cls, row: m.StageRun) -> "StageRun":
         return cls(row.id, row.pipeline_run_id, row.stage, row.attempt, row.handoff_id,
                    row.parallel_config, row.status, _aware(row.started_at),
-                   _aware(row.ended_at), row.mlflow_run_id, row.resumed_from_checkpoint_id)
+                   _aware(row.ended_at), row.mlflow_run_id, row.resumed_from_checkpoint_id,
+                   row.owner_host, row.owner_pid)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ lost attempt-number race (PostgreSQL); every read returns detached frozen record
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -15,7 +16,9 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from baton.processes import ProcessIdentity
 from lineage import models as m
+from lineage import owners
 from lineage import queries as q
 from lineage import records as r
 from lineage import schema
@@ -25,6 +28,7 @@ from lineage.errors import (InvalidValue, LineageConflict, StoreNotFound, StoreU
 from lineage.urls import safe_url, sqlite_path
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,20 @@ class LineageStore:
         except BaseException:
             engine.dispose()
             raise
-        return cls(engine)
+        store = cls(engine)
+        try:
+            store._mark_crashed()
+        except DBAPIError as exc:  # e.g. a read-only copy of the store: still worth reading
+            log.warning("could not mark crashed runs in %s: %s", store.url,
+                        (str(getattr(exc, "orig", exc)).strip().splitlines() or ["?"])[0])
+        return store
+
+    def _mark_crashed(self) -> None:
+        """Runs left `running` by a dead owner on this host become `crashed` (lineage.owners)."""
+        if self._read(owners.any_orphaned):
+            for kind, run_id in self._write(owners.mark_crashed):
+                log.warning("%s %d was left running by a process that is gone: marked crashed",
+                            kind, run_id)
 
     def close(self) -> None:
         self._engine.dispose()
@@ -104,13 +121,15 @@ class LineageStore:
                             seed: int, code_version: str, *,
                             prefect_flow_run_id: Optional[str] = None,
                             mlflow_run_id: Optional[str] = None,
-                            started_at: Optional[datetime] = None) -> r.PipelineRun:
+                            started_at: Optional[datetime] = None,
+                            owner: Optional[ProcessIdentity] = None) -> r.PipelineRun:
+        """`owner`: the process that runs it (default: this one), see lineage.owners."""
         def write(s: Session) -> r.PipelineRun:
             row = m.PipelineRun(
                 name=name, config=dict(config), config_hash=config_hash, seed=seed,
                 code_version=code_version, prefect_flow_run_id=prefect_flow_run_id,
                 mlflow_run_id=mlflow_run_id, status="running",
-                started_at=started_at or m.utcnow())
+                started_at=started_at or m.utcnow(), **owners.owner_columns(owner))
             s.add(row)
             s.flush()
             return r.PipelineRun.of(row)
@@ -140,9 +159,11 @@ class LineageStore:
                          handoff_id: Optional[int] = None,
                          resumed_from_checkpoint_id: Optional[int] = None,
                          mlflow_run_id: Optional[str] = None,
-                         started_at: Optional[datetime] = None) -> r.StageRun:
+                         started_at: Optional[datetime] = None,
+                         owner: Optional[ProcessIdentity] = None) -> r.StageRun:
         """A new attempt of `stage` (numbered 1, 2, … per pipeline run and stage). When it
-        starts from `handoff_id`, that handoff is linked to it in the same transaction."""
+        starts from `handoff_id`, that handoff is linked to it in the same transaction.
+        `owner`: the process that runs it (default: this one), see lineage.owners."""
         def write(s: Session) -> r.StageRun:
             q.get(s, m.PipelineRun, pipeline_run_id, "pipeline run", self.url)
             if resumed_from_checkpoint_id is not None:
@@ -153,7 +174,8 @@ class LineageStore:
                 pipeline_run_id=pipeline_run_id, stage=stage, attempt=(last or 0) + 1,
                 parallel_config=dict(parallel_config), status="running",
                 started_at=started_at or m.utcnow(), mlflow_run_id=mlflow_run_id,
-                resumed_from_checkpoint_id=resumed_from_checkpoint_id)
+                resumed_from_checkpoint_id=resumed_from_checkpoint_id,
+                **owners.owner_columns(owner))
             s.add(row)
             s.flush()
             if handoff_id is not None:

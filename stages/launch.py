@@ -2,6 +2,8 @@
 
 SIGTERM to this process (or to the whole process group) reaches every worker, which
 saves at its current micro-step and exits 0: the stage then reports `preempted`.
+SIGKILL of this process takes torchrun and every worker with it (stages.lifeline), and
+the stage directory is locked for the whole launch (stages.run_lock).
 """
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,19 +18,30 @@ from baton.config.compose import as_dict, config_hash
 from baton.config.schema import BatonConfig
 from baton.errors import BatonError
 from ckpt.layout import checkpoints_dir, stage_dir
+from stages.preflight import check_stage_inputs
+from stages.lifeline import torchrun_command, write_launch_file
 from stages.run_files import RESULT
+from stages.run_lock import stage_lock
+from stages.worker_output import WorkerOutput, killed_by_signal, python_error
 
 ERROR_FILE = "worker_error.json"
 
 
 class StageFailed(BatonError):
     """`infrastructure`: the workers died without a Python error (killed, lost rendezvous);
-    only those failures are worth retrying."""
+    only those failures are worth retrying. `cause`: what a worker reported, in its words."""
 
-    def __init__(self, stage: str, returncode: int, log_hint: str, infrastructure: bool = False):
+    def __init__(self, stage: str, returncode: int, log_hint: str, infrastructure: bool = False,
+                 cause: str | None = None, reason: str | None = None):
         self.stage, self.returncode, self.infrastructure = stage, returncode, infrastructure
-        kind = "infrastructure failure" if infrastructure else "error in the stage"
-        super().__init__(f"stage '{stage}' workers exited with code {returncode} ({kind}); {log_hint}")
+        self.cause = cause
+        if cause:
+            super().__init__(f"stage '{stage}' failed: {cause}. ({log_hint})")
+            return
+        kind = (f"{reason or 'killed, out of memory or lost rendezvous'}: an infrastructure "
+                "failure" if infrastructure else "error in the stage")
+        super().__init__(f"stage '{stage}' workers exited with code {returncode} without a "
+                         f"result ({kind}); {log_hint}")
 
 
 @dataclass
@@ -59,30 +71,63 @@ def worker_env() -> dict:
     return env
 
 
-def launch_stage(cfg: BatonConfig, model_dir: Path, parent: dict | None = None) -> StageResult:
+def launch_stage(cfg: BatonConfig, model_dir: Path, parent: dict | None = None, *,
+                 inputs_checked: bool = False) -> StageResult:
+    """`inputs_checked`: the caller already ran `stages.preflight.check_stage_inputs`.
+    The stage directory's lock (stages.run_lock) is held from before launch.json is
+    written until the workers are gone: a second launch there is refused at once."""
+    with stage_lock(stage_dir(cfg.run.dir, cfg.stage.name)):
+        return _launch_locked(cfg, model_dir, parent, inputs_checked)
+
+
+def _launch_locked(cfg: BatonConfig, model_dir: Path, parent: dict | None,
+                   inputs_checked: bool) -> StageResult:
+    if not inputs_checked:
+        check_stage_inputs(cfg)  # model.path and starting checkpoints, before any worker
     directory = stage_dir(cfg.run.dir, cfg.stage.name)
     directory.mkdir(parents=True, exist_ok=True)
     launch_file = directory / "launch.json"
-    launch_file.write_text(json.dumps({
+    binding = write_launch_file(launch_file, {
         "config": as_dict(cfg), "config_hash": config_hash(cfg), "model_dir": str(model_dir),
-        "parent": parent}, indent=1))
+        "parent": parent})
     (directory / RESULT).unlink(missing_ok=True)
     error_file = directory / ERROR_FILE
     error_file.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={cfg.parallel.world_size}", "-m", "stages.worker", str(launch_file)]
+    # torchrun under stages.lifeline: the agent and the workers die with this process.
+    command = torchrun_command(cfg.parallel.world_size, "stages.worker", launch_file)
     # torchrun's @record writes a worker's Python exception here; its absence after a
     # failure means the workers were killed or never met (infrastructure).
-    process = subprocess.Popen(command, env={**worker_env(), "TORCHELASTIC_ERROR_FILE": str(error_file)})
+    process = subprocess.Popen(command, env={**worker_env(), **binding, "TORCHELASTIC_ERROR_FILE": str(error_file)},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    output = WorkerOutput(directory)
+    output.start(process)
     previous = signal.signal(signal.SIGTERM, lambda *_: process.send_signal(signal.SIGTERM))
     try:
         returncode = process.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
+        output.finish()
     result_path = directory / RESULT
     if not result_path.is_file():
-        raise StageFailed(cfg.stage.name, returncode, "no result file was written; see the "
-                          "worker output above", infrastructure=not error_file.exists())
+        raise _failure(cfg.stage.name, returncode, output, error_file)
     raw = json.loads(result_path.read_text())
     return StageResult(raw["status"], raw["progress"]["step"], raw["checkpoints"],
                        checkpoints_dir(cfg.run.dir, cfg.stage.name), raw)
+
+
+def _failure(stage: str, returncode: int, output: WorkerOutput, error_file: Path) -> StageFailed:
+    """The clearest account of why the workers wrote no result: a worker's own message, else
+    the unexpected exception torchrun recorded, else an infrastructure failure."""
+    if output.errors:
+        first = output.errors[0]
+        rank = f"rank {first['rank']}: " if first.get("rank") not in (None, 0) else ""
+        return StageFailed(stage, returncode, output.where(), cause=rank + first["message"])
+    if error_file.exists():
+        unexpected = python_error(error_file) or f"error (recorded in {error_file})"
+        return StageFailed(stage, returncode, output.where() + ", with the traceback", cause=(
+            f"a worker raised an unexpected {unexpected}; this is a bug in baton or a library "
+            "it uses, not in your input"))
+    killed = killed_by_signal(output.tail)
+    reason = f"{killed}: killed from outside, out of memory, or crashed" if killed else None
+    return StageFailed(stage, returncode, output.where(), infrastructure=True, reason=reason)
+

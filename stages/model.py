@@ -5,6 +5,7 @@ once per run home (random init from `conf/model/tiny.yaml` and the run seed).
 """
 from __future__ import annotations
 
+import fcntl
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -26,7 +27,13 @@ def ensure_model_dir(cfg: BatonConfig) -> Path:
     """Return the model directory, creating the built-in model there if needed."""
     directory = model_dir(cfg)
     if cfg.model.path is None and not (directory / "config.json").is_file():
-        _create_builtin(cfg.model, cfg.seed, directory)
+        # Two stages started at once on a fresh run.dir (they hold different stage locks)
+        # would both write `model.tmp`: the second waits here, then finds the model made.
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        with open(directory.with_name(directory.name + ".lock"), "a") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            if not (directory / "config.json").is_file():
+                _create_builtin(cfg.model, cfg.seed, directory)
     return directory
 
 

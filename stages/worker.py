@@ -6,28 +6,30 @@ the current micro-step. Objectives (what a batch and a loss are) live elsewhere.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from baton.config.compose import from_dict
+from baton.errors import BatonError
+from ckpt import safe_load, signing
 from ckpt.checkpointer import Checkpointer, SavePayload, load_complete
 from ckpt.layout import resolve_resume
 from ckpt.layout import checkpoints_dir, stage_dir
 from ckpt.state import RngState, TrainingProgress, derived_seed, seed_everything
 from stages import grad_accum, objectives, run_files
 from stages.engine_setup import build_engine, init_distributed
+from stages.lifeline import worker_start
 from stages.model import model_identity
 from stages.sampler import GlobalSampler
 from stages.tasks import TRAIN, ArithmeticTasks
+from stages.worker_output import report_error
 
 log = logging.getLogger("baton.worker")
 
@@ -73,7 +75,8 @@ class StageWorker:
         self.root = checkpoints_dir(self.cfg.run.dir, s.name)
         self.files = run_files.RunFiles(stage_dir(self.cfg.run.dir, s.name), self.rank == 0)
         self.ckpt = Checkpointer(self.engine, self.root, s.name, self.parallel, s.keep_last,
-                                 self.cfg.debug.crash_in_save_at_step)
+                                 self.cfg.debug.crash_in_save_at_step,
+                                 self.cfg.debug.fail_write_at_step)
         self.preemption = Preemption()
         self.window = grad_accum.Window()
         self.saved: list[dict] = []
@@ -187,8 +190,20 @@ class StageWorker:
 
 @record
 def main(launch_path: str) -> int:
+    try:
+        return run(launch_path)
+    except BatonError as exc:
+        # A problem the user can fix (a full disk, a damaged checkpoint): one message
+        # to the launcher, no traceback. Anything else propagates to @record.
+        report_error(exc)
+        sys.exit(1)
+
+
+def run(launch_path: str) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    launch = json.loads(Path(launch_path).read_text())
+    launch = worker_start(launch_path)  # dies with its launcher; refuses another's launch file
+    safe_load.install()  # every torch.load here, DeepSpeed's own included, is weights_only
+    signing.configure((launch["config"].get("ckpt") or {}).get("signing_key_env"))
     worker = StageWorker(launch)
     t0 = time.time()
     worker.resume()

@@ -1,9 +1,12 @@
-"""`baton ckpt verify|inspect|diff|reshard`: look at, check and convert checkpoints."""
+"""`baton ckpt verify|inspect|diff|reshard|adopt|export|gc`: look at, check, convert, bring in
+and hand out checkpoints."""
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
+
+from baton.errors import UsageError
 
 
 def add_arguments(parser) -> None:
@@ -13,11 +16,15 @@ def add_arguments(parser) -> None:
     inspect = sub.add_parser("inspect", help="stage, step, components, layout, sizes, parent")
     inspect.add_argument("path")
     inspect.add_argument("--json", action="store_true", help="machine-readable output")
-    diff = sub.add_parser("diff", help="compare two checkpoints; exit 0 only if identical")
+    diff = sub.add_parser("diff", help="compare two checkpoints; exit 0 identical, 1 different, 2 could not compare")
     diff.add_argument("a")
     diff.add_argument("b")
     diff.add_argument("--atol", type=float, default=0.0, help="allowed max abs difference")
     diff.add_argument("--json", action="store_true")
+    from baton.commands.ckpt_adopt_export import add_arguments as add_adopt_export
+    add_adopt_export(sub)
+    from baton.commands.ckpt_gc import add_gc_arguments
+    add_gc_arguments(sub)
     try:
         from ckpt.reshard_cli import add_reshard_arguments
     except ModuleNotFoundError:
@@ -25,16 +32,44 @@ def add_arguments(parser) -> None:
     add_reshard_arguments(sub)
 
 
+def checkpoint_arg(value: str, argument: str = "PATH") -> Path:
+    """A checkpoint directory named on the command line. The `latest` pointer file (what a
+    user types after looking in checkpoints/) stands for the directory it names; an empty
+    string is refused rather than read as the current directory."""
+    from ckpt.errors import NotACheckpoint
+    from ckpt.layout import LATEST
+
+    if not value.strip():
+        raise UsageError(argument, value, "an empty path; expected a checkpoint directory such "
+                         "as <run.dir>/<stage>/checkpoints/step-000010, or its `latest` pointer")
+    path = Path(value)
+    if path.is_file() and path.name != LATEST:
+        raise NotACheckpoint(path, "a file, not a checkpoint directory; pass the step-NNNNNN "
+                             "directory that holds it (or the `latest` pointer beside them)")
+    if not path.is_file():
+        return path
+    try:
+        name = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise NotACheckpoint(path, f"unreadable `latest` pointer ({exc})") from None
+    target = path.parent / name
+    if not name or "/" in name or name in (".", "..") or not target.is_dir():
+        raise NotACheckpoint(path, f"the `latest` pointer names {name!r}, which is not a "
+                             f"checkpoint directory beside it; list {path.parent} to pick one")
+    return target
+
+
 def _verify(args) -> int:
     from ckpt import manifest as manifest_io
     from ckpt.errors import CheckpointError
 
     try:
-        manifest = manifest_io.verify(args.path)
+        path = checkpoint_arg(args.path)
+        manifest = manifest_io.verify(path)
     except CheckpointError as exc:
         print(f"FAILED {exc}", file=sys.stderr)
         return 1
-    print(f"OK {Path(args.path).resolve()}: {manifest.stage} step {manifest.step}, "
+    print(f"OK {path.resolve()}: {manifest.stage} step {manifest.step}, "
           f"{len(manifest.files)} files, {manifest.total_bytes()} bytes, checksums match")
     return 0
 
@@ -43,7 +78,7 @@ def _inspect(args) -> int:
     from ckpt import manifest as manifest_io
     from ckpt.compat import read_meta
 
-    directory = Path(args.path).resolve()
+    directory = checkpoint_arg(args.path).resolve()
     manifest = manifest_io.verify(directory, checksums=False)
     meta = read_meta(directory, manifest)
     info = {"path": str(directory), "stage": manifest.stage, "step": manifest.step,
@@ -76,7 +111,10 @@ def _inspect(args) -> int:
 def _diff(args) -> int:
     from ckpt.diff import diff_checkpoints
 
-    report = diff_checkpoints(args.a, args.b, atol=args.atol)
+    # Exit 1 means "different"; anything that prevents comparing (a missing, damaged or
+    # unreadable checkpoint) is a CheckpointError: exit 2, "could not compare".
+    report = diff_checkpoints(checkpoint_arg(args.a, "A"), checkpoint_arg(args.b, "B"),
+                              atol=args.atol)
     if args.json:
         print(json.dumps({"identical": report.identical, "only_in_a": report.only_in_a,
                           "only_in_b": report.only_in_b, "notes": report.notes,
@@ -95,7 +133,29 @@ def _diff(args) -> int:
     return 0 if report.identical else 1
 
 
+def _configure_signing(args) -> None:
+    """`ckpt.signing_key_env=NAME` among the trailing overrides turns signature checks on
+    (read directly: verify should not pay for composing the whole config). verify, inspect
+    and diff take no other override; reshard, adopt and export pass theirs on."""
+    from ckpt import signing
+
+    name, rest = signing.split_override(list(args.overrides))
+    if args.action in ("verify", "inspect", "diff") and rest:
+        raise UsageError(rest[0].split("=", 1)[0], rest[0].split("=", 1)[1], (
+            f"`baton ckpt {args.action}` takes no config overrides except "
+            f"{signing.CONFIG_KEY}=NAME (the environment variable holding the manifest "
+            "signing key)"))
+    signing.configure(name)
+
+
 def main(args) -> int:
+    _configure_signing(args)
+    if args.action in ("adopt", "export"):
+        from baton.commands.ckpt_adopt_export import main as adopt_export
+        return adopt_export(args)
+    if args.action == "gc":
+        from baton.commands.ckpt_gc import run_gc
+        return run_gc(args)
     if args.action == "reshard":
         from ckpt.reshard_cli import run_reshard
         return run_reshard(args)

@@ -15,7 +15,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from baton.config import validate
+from baton.config import secrets, validate
 from baton.config.schema import BatonConfig
 from baton.errors import ConfigError
 
@@ -54,17 +54,25 @@ def compose(overrides: list[str] | tuple[str, ...] = (), config_name: str = "pip
     good: list[str] = []
     for override in overrides:
         if "=" not in override:
-            found.append(f"{override!r}: expected key=value (e.g. parallel.world_size=2)")
+            problem = f"{override!r}: expected key=value (e.g. parallel.world_size=2)"
+            found.append(secrets.redact_text(problem))
             continue
         try:
             _compose_raw([override], config_name)
             good.append(override)
         except Exception as exc:  # Hydra/OmegaConf raise several unrelated types
-            found.append(_describe(override, exc))
+            found.append(secrets.redact_text(_describe(override, exc)))
     # The remaining checks run on the overrides that did parse, so one run reports
     # both kinds of mistake.
     cfg: BatonConfig = OmegaConf.to_object(_compose_raw(good, config_name))
+    if not str(cfg.run.dir).strip():
+        # Path("").resolve() is the current directory: never a run home by accident.
+        found.append("run.dir='': expected a directory for the run home (e.g. run.dir=runs/try1)")
+        cfg.run.dir = "runs/default"
     cfg.run.dir = str(Path(cfg.run.dir).expanduser().resolve())
+    # First, before anything can print or persist the config: passwords go to the
+    # environment, the URLs keep `***` (and so does the config hash).
+    found += secrets.move_to_environment(cfg)
     found += validate.problems(cfg)
     if found:
         raise ConfigError(found)

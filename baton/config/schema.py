@@ -131,6 +131,14 @@ class MlflowConfig:
 
 
 @dataclass
+class CkptConfig:
+    signing_key_env: Optional[str] = None
+    """Name of the environment variable holding an HMAC-SHA256 key (never the key itself).
+    Set: every manifest written is signed, and one unsigned or signed with another key is
+    refused before any of its checkpoint is read (docs/security.md). Null: no signatures."""
+
+
+@dataclass
 class DebugConfig:
     """Fault injection for tests of preemption and crash safety."""
 
@@ -138,6 +146,9 @@ class DebugConfig:
     """Rank 0 sends SIGTERM to the launcher after this global micro-step (-1: never)."""
     crash_in_save_at_step: int = -1
     """The save at this step SIGKILLs the worker after the data files, before the manifest."""
+    fail_write_at_step: int = -1
+    """The save at this step fails its first write on rank 0 with ENOSPC, as a full disk
+    would (for tests where a small tmpfs cannot be mounted)."""
 
 
 @dataclass
@@ -206,5 +217,6 @@ class BatonConfig:
     stage: StageConfig = field(default_factory=StageConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    ckpt: CkptConfig = field(default_factory=CkptConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)

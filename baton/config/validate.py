@@ -19,19 +19,26 @@ def problems(cfg: BatonConfig) -> list[str]:
         found.append(f"parallel.zero_stage={p.zero_stage}: expected 0, 1, 2 or 3")
     if p.backend not in ("auto", "gloo", "nccl"):
         found.append(f"parallel.backend={p.backend!r}: expected auto, gloo or nccl")
-    for key in ("max_steps", "save_every", "keep_last", "global_batch", "micro_batch", "seq_len"):
+    for key in ("max_steps", "save_every", "keep_last", "global_batch", "micro_batch", "seq_len",
+                "eval_every", "eval_samples"):
         if getattr(s, key) < 1:
             found.append(f"stage.{key}={getattr(s, key)}: expected >= 1")
     per_step = s.micro_batch * max(p.world_size, 1)
-    if s.global_batch % per_step:
+    # micro_batch < 1 is reported above; dividing by it would only add a ZeroDivisionError.
+    if s.micro_batch >= 1 and s.global_batch % per_step:
         found.append(
             f"stage.global_batch={s.global_batch} is not divisible by stage.micro_batch * "
             f"parallel.world_size = {s.micro_batch} * {p.world_size}; pick a global_batch that is a "
             f"multiple of {per_step} so gradient accumulation stays whole")
-    if cfg.model.path is not None and not (Path(cfg.model.path) / "config.json").is_file():
+    if cfg.model.path is not None and not str(cfg.model.path).strip():
+        found.append("model.path='': an empty path; expected a local Hugging Face causal-LM "
+                     "directory, or model.path=null for the built-in model")
+    elif cfg.model.path is not None and not (Path(cfg.model.path) / "config.json").is_file():
         found.append(f"model.path={cfg.model.path!r}: no config.json there; expected a local "
                      "Hugging Face causal-LM directory (or model.path=null for the built-in model)")
-    if cfg.resume not in (None, "latest") and not Path(cfg.resume).is_dir():
+    if cfg.resume is not None and not str(cfg.resume).strip():
+        found.append("resume='': an empty path; expected 'latest', null or a checkpoint directory")
+    elif cfg.resume not in (None, "latest") and not Path(cfg.resume).is_dir():
         found.append(f"resume={cfg.resume!r}: no such checkpoint directory; expected 'latest', "
                      "null or a path like <run.dir>/<stage>/checkpoints/step-000010")
     carried = [k for k in ("init_optimizer", "init_scheduler", "init_rng") if getattr(s, k)]
@@ -41,8 +48,8 @@ def problems(cfg: BatonConfig) -> list[str]:
         found.append("stage.init_optimizer/init_scheduler=true for stage rm: the reward model adds "
                      "a new head, so the policy's optimizer state does not fit; set "
                      "pipeline.handoffs.sft_rm.carry.optimizer=false / scheduler=false")
-    if s.init_from is not None and not Path(s.init_from).is_dir():
-        found.append(f"stage.init_from={s.init_from!r}: no such checkpoint directory")
+    if s.init_from is not None:
+        found += _checkpoint_dir_problems("stage.init_from", s.init_from)
     if s.seq_len > cfg.model.max_position_embeddings and cfg.model.path is None:
         found.append(f"stage.seq_len={s.seq_len} exceeds model.max_position_embeddings="
                      f"{cfg.model.max_position_embeddings}")
@@ -51,7 +58,19 @@ def problems(cfg: BatonConfig) -> list[str]:
     if not 0.0 < cfg.data.heldout_fraction < 1.0:
         found.append(f"data.heldout_fraction={cfg.data.heldout_fraction}: expected in (0, 1)")
     found += _handoff_problems(cfg)
+    found += _pipeline_stage_problems(cfg.pipeline.stages)
+    found += _store_problems(cfg)
+    from ckpt.signing import key_problems  # the variable must hold a key (never printed)
+    found += key_problems(cfg.ckpt.signing_key_env)
     return found
+
+
+def _pipeline_stage_problems(stages: list[str]) -> list[str]:
+    unknown = [name for name in stages if name not in STAGES]
+    if not stages or unknown or len(set(stages)) != len(stages):
+        return [f"pipeline.stages={list(stages)}: expected one or more distinct stages among "
+                f"{', '.join(STAGES)}, in pipeline order (e.g. baton run --stages cpt,sft)"]
+    return []
 
 
 def _handoff_problems(cfg: BatonConfig) -> list[str]:
@@ -71,6 +90,11 @@ def _handoff_problems(cfg: BatonConfig) -> list[str]:
         if h.role == "reward_model" and (h.carry.optimizer or h.carry.scheduler or h.carry.rng):
             found.append(f"{key}.carry: a reward model is used frozen downstream; only weights "
                          "carry (set optimizer, scheduler and rng to false)")
+        sel = h.selection
+        if sel.probe_prompts < 1 or sel.samples_per_prompt < 1 or not 1 <= sel.k <= sel.samples_per_prompt:
+            found.append(f"{key}.selection: probe_prompts={sel.probe_prompts} samples_per_prompt="
+                         f"{sel.samples_per_prompt} k={sel.k}; expected probe_prompts >= 1 and "
+                         "1 <= k <= samples_per_prompt (pass@k draws k of the samples)")
         if h.to_stage == "rm" and (h.carry.optimizer or h.carry.scheduler):
             found.append(f"{key}.carry.optimizer/scheduler=true: the reward model adds a new head, "
                          "so the policy's optimizer state does not fit; set them to false")
@@ -94,6 +118,29 @@ def _rl_problems(s) -> list[str]:
                      "stage.reward_model_from=<rm checkpoint>; or set reward_model_weight=0")
     for key in ("reference_from", "reward_model_from"):
         value = getattr(s, key)
-        if value is not None and not Path(value).is_dir():
-            found.append(f"stage.{key}={value!r}: no such checkpoint directory")
+        if value is not None:
+            found += _checkpoint_dir_problems(f"stage.{key}", value)
     return found
+
+
+def _checkpoint_dir_problems(key: str, value: str) -> list[str]:
+    """Existence only; what is inside is checked by stages.preflight before workers start."""
+    path = Path(value)
+    if not str(value).strip():  # Path("") is the current directory: never what was meant
+        return [f"{key}='': an empty path; expected a checkpoint directory, or {key}=null"]
+    if path.is_dir():
+        return []
+    if path.is_file() and path.name == "latest":
+        return [f"{key}={value!r} is the `latest` pointer file, not a checkpoint directory; pass "
+                f"the directory it names: {key}={path.parent / path.read_text().strip()}"]
+    return [f"{key}={value!r}: no such checkpoint directory; expected a path like "
+            "<run.dir>/<stage>/checkpoints/step-000010"]
+
+
+def _store_problems(cfg: BatonConfig) -> list[str]:
+    if not cfg.store.url:
+        return []
+    from lineage.urls import safe_url, url_problem
+
+    problem = url_problem(cfg.store.url)
+    return [f"store.url={safe_url(cfg.store.url)!r}: {problem}"] if problem else []

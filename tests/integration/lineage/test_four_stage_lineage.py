@@ -116,7 +116,9 @@ def test_the_installed_baton_command_prints_the_same_tree(built):
     assert "RL attempt 1" in result.stdout
 
 
-def test_an_unreachable_store_url_exits_2_without_the_password(capsys, tmp_path):
+def test_an_unreachable_store_url_exits_2_without_the_password(capsys, tmp_path, monkeypatch):
+    # The password moves into PGPASSWORD of this (the test's) process; scope it to the test.
+    monkeypatch.delenv("PGPASSWORD", raising=False)
     code = baton(["lineage", "show", f"run.dir={tmp_path}",
                   "store.url=postgresql+psycopg://u:hunter2@127.0.0.1:1/x"])
     err = capsys.readouterr().err

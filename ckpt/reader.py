@@ -1,0 +1,109 @@
+"""The checked reader: each file of a checkpoint is read once, checked against the manifest
+(size and sha256), and only those same bytes are parsed.
+
+Checking a file and then opening it again to parse it leaves a window in which the file
+can be swapped; reading once closes it. DeepSpeed's helpers open files by path
+themselves, so they get a private copy written from checked bytes (`private_copy`).
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from ckpt import manifest as manifest_io
+from ckpt import safe_load
+from ckpt.errors import CorruptCheckpoint
+from ckpt.manifest import Manifest
+
+_CHUNK = 1 << 20
+
+
+class CheckpointReader:
+    def __init__(self, directory: str | Path, manifest: Manifest | None = None):
+        """`manifest`: one the caller already read (and usually verified); else it is read
+        here, which confines its paths and checks its signature."""
+        self.directory = Path(directory)
+        self.manifest = manifest if manifest is not None else manifest_io.read(self.directory)
+
+    def entry(self, rel: str) -> dict:
+        entry = self.manifest.files.get(rel)
+        if entry is None:
+            raise CorruptCheckpoint(self.directory, [f"{rel} is not listed in the manifest"])
+        return entry
+
+    def _mismatch(self, rel: str, digest: str, size: int) -> CorruptCheckpoint:
+        entry = self.entry(rel)
+        return CorruptCheckpoint(self.directory, [
+            f"checksum mismatch in {rel}: sha256 {digest[:16]}… ({size} bytes) read, "
+            f"{entry['sha256'][:16]}… ({entry['size']} bytes) in the manifest (the file "
+            "changed after it was verified)"])
+
+    def bytes(self, rel: str) -> bytes:
+        """The file's bytes, read once; never more than the manifest's size plus one byte."""
+        entry = self.entry(rel)
+        with open(self.directory / rel, "rb") as handle:
+            data = handle.read(entry["size"] + 1)
+        digest = hashlib.sha256(data).hexdigest()
+        if len(data) != entry["size"] or digest != entry["sha256"]:
+            raise self._mismatch(rel, digest, len(data))
+        return data
+
+    def json(self, rel: str):
+        return json.loads(self.bytes(rel))
+
+    def torch(self, rel: str, map_location="cpu"):
+        """A weights_only load of the checked bytes (ckpt.safe_load)."""
+        return safe_load.load_verified_bytes(self.bytes(rel), self.directory / rel, map_location)
+
+    def load(self, rel: str):
+        """Parse by file type: JSON, safetensors, torch pickle, else the raw bytes."""
+        if rel.endswith(".json"):
+            return self.json(rel)
+        if rel.endswith(".safetensors"):
+            from safetensors.torch import load
+            return load(self.bytes(rel))
+        if safe_load.is_pickle_name(rel):
+            return self.torch(rel)
+        return self.bytes(rel)
+
+    def copy(self, rel: str, dest: Path) -> None:
+        """Stream the file to `dest`, hashing what is written; a mismatch removes `dest`.
+        A pickle must also pass the allow-list scan (it is about to reach DeepSpeed)."""
+        entry, digest, size = self.entry(rel), hashlib.sha256(), 0
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.directory / rel, "rb") as src, open(dest, "wb") as out:
+            while size <= entry["size"] and (chunk := src.read(_CHUNK)):
+                digest.update(chunk)
+                size += len(chunk)
+                out.write(chunk)
+        if size != entry["size"] or digest.hexdigest() != entry["sha256"]:
+            dest.unlink()
+            raise self._mismatch(rel, digest.hexdigest(), size)
+        if safe_load.is_pickle_name(rel):
+            safe_load.check_pickle(dest, self.directory / rel)
+
+
+@contextlib.contextmanager
+def private_copy(reader: CheckpointReader, rels: list[str], under: Path | None = None):
+    """A temporary copy of `rels`, each checked on the way, in a directory named like the
+    checkpoint (DeepSpeed helpers take it as their tag); removed afterwards. `under`: where
+    to put it (default: the system temp directory)."""
+    if under is not None:
+        under.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix=".baton-checked-", dir=under))
+    try:
+        copy = root / reader.directory.name
+        for rel in rels:
+            reader.copy(rel, copy / rel)
+        yield copy
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def pickle_files(manifest: Manifest) -> list[str]:
+    """The manifest's torch pickles (what DeepSpeed's helpers open)."""
+    return sorted(rel for rel in manifest.files if safe_load.is_pickle_name(rel))

@@ -1,0 +1,143 @@
+"""Workers die with their launcher, whatever kills it (SIGKILL included).
+
+The chain is baton -> torchrun agent -> workers, and torchrun starts every worker in a
+session of its own: a signal to baton's process group never reaches them, and once
+orphaned they would keep training and committing checkpoints into a directory whose
+lock their owner no longer holds. Two mechanisms, in the agent and in every worker:
+
+- `prctl(PR_SET_PDEATHSIG, SIGKILL)`: the kernel kills the process the moment its
+  parent exits. It is tied to the parent *thread* (in `baton run` the launcher is a
+  Prefect task thread) and is missed when the parent died before the child set it
+  (a worker spends seconds importing first), so it is not relied on alone;
+- a watchdog thread that polls, every POLL_SECONDS, each process of the chain above it
+  (passed down in BATON_LIFELINE as `pid:start-ticks`, so that a reused pid is not taken
+  for the launcher) and its own parent pid, and `os._exit`s when one of them is gone.
+
+The launcher also writes a random nonce into launch.json and passes it down as
+BATON_LAUNCH_NONCE: a worker refuses a launch file that another launcher rewrote.
+
+`python -m stages.lifeline TORCHRUN-ARGS` is torchrun (the agent) with both in place.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from baton import processes
+from baton.errors import BatonError
+
+ENV_CHAIN, ENV_NONCE = "BATON_LIFELINE", "BATON_LAUNCH_NONCE"
+POLL_SECONDS = 0.5
+PR_SET_PDEATHSIG = 1
+EXIT_CODE = 70
+
+
+class LaunchFileNotOurs(BatonError):
+    """The launch file's nonce is not the one this worker's launcher passed down."""
+
+    def __init__(self, path, found, expected: str):
+        self.path, self.found, self.expected = str(path), found, expected
+        super().__init__(
+            f"{self.path} belongs to another launch (its nonce {str(found)[:8]}… is not this "
+            f"launcher's {expected[:8]}…): another baton process rewrote it after this one "
+            "started, and its workers would train with that run's config. Nothing was trained; "
+            "run one baton per run directory and stage (see docs/security.md)")
+
+
+# -- launcher side -----------------------------------------------------------------------
+
+def write_launch_file(path: Path, payload: dict) -> dict[str, str]:
+    """Write launch.json with a fresh nonce (atomically: a reader never sees half of it);
+    return the environment the launch command must add."""
+    nonce = secrets.token_hex(16)
+    staging = path.with_name(path.name + ".tmp")
+    staging.write_text(json.dumps({**payload, "nonce": nonce}, indent=1))
+    os.replace(staging, path)
+    return {ENV_NONCE: nonce, ENV_CHAIN: processes.current().token()}
+
+
+def torchrun_command(nproc: int, module: str, launch_file: Path) -> list[str]:
+    return [sys.executable, "-m", "stages.lifeline", "--standalone", f"--nproc-per-node={nproc}",
+            "-m", module, str(launch_file)]
+
+
+# -- agent and worker side ---------------------------------------------------------------
+
+def worker_start(launch_path: str | Path) -> dict:
+    """First thing a worker does: tie itself to its launcher, then read the launch file
+    and check that it is the one its launcher wrote."""
+    hold()
+    launch = json.loads(Path(launch_path).read_text())
+    expected = os.environ.get(ENV_NONCE)
+    if expected is not None and launch.get("nonce") != expected:
+        raise LaunchFileNotOurs(launch_path, launch.get("nonce"), expected)
+    return launch
+
+
+def hold() -> None:
+    """Die with the chain above this process; add this process to the chain its own
+    children inherit. Without BATON_LIFELINE (started by hand) there is nothing to hold."""
+    token = os.environ.get(ENV_CHAIN)
+    if not token:
+        return
+    chain = [processes.ProcessIdentity.from_token(t) for t in token.split(",")]
+    parent = chain[-1].pid
+    _die_with_parent()
+    reason = _gone(chain, parent)
+    if reason:
+        _exit(reason)
+    os.environ[ENV_CHAIN] = f"{token},{processes.current().token()}"
+    threading.Thread(target=_watch, args=(chain, parent), name="baton-lifeline",
+                     daemon=True).start()
+
+
+def _die_with_parent() -> None:
+    if not sys.platform.startswith("linux"):
+        return  # the watchdog alone
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _gone(chain: list[processes.ProcessIdentity], parent: int) -> str | None:
+    if os.getppid() != parent:
+        return f"its parent (pid {parent}) has exited"
+    for identity in chain:
+        if not identity.alive():
+            return f"its launcher (pid {identity.pid}) has exited"
+    return None
+
+
+def _watch(chain: list[processes.ProcessIdentity], parent: int) -> None:
+    while True:
+        time.sleep(POLL_SECONDS)
+        reason = _gone(chain, parent)
+        if reason:
+            _exit(reason)
+
+
+def _exit(reason: str) -> None:
+    # os.write, not print: the main thread may hold sys.stderr's lock.
+    os.write(2, f"[baton] pid {os.getpid()} exits: {reason}; no orphan may keep training "
+                f"or writing checkpoints\n".encode())
+    os._exit(EXIT_CODE)
+
+
+def main(argv: list[str] | None = None) -> None:
+    hold()
+    from torch.distributed.run import main as torchrun
+
+    torchrun(sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    main()

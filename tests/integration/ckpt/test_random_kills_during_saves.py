@@ -1,0 +1,122 @@
+"""Twenty randomly timed SIGKILLs while a stage saves every step: after each, `latest`
+verifies and the next launch resumes from it; at the end the run completes and no
+leftover of a killed save or deletion remains.
+
+Cost. Every kill ends the launch, whoever receives it (torchrun does not restart
+workers), so each round pays the start-up (~10 s of Python, torch and DeepSpeed
+imports) and killing the worker instead of the launcher saves nothing. The rounds
+therefore run one worker (`parallel=single`: the commit protocol is rank 0's alone) with
+one micro-batch per step, so that the run is mostly saving, and kill only once this
+round's training is under way, at a random moment within two step periods after a step
+record (which a save follows at once, save_every=1). The rounds alternate between the
+two ways a real crash goes: the launcher SIGKILLed (the lifeline takes torchrun and the
+worker with it at once, freezing the save) and the worker SIGKILLed (torchrun and the
+launcher see it die and fail the stage).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from ckpt import manifest as manifest_io
+from ckpt.cleanup import find_leftovers
+from ckpt.layout import committed_steps, read_latest
+from tests.conftest import run_baton
+from tests.process_tree import (command_line, descendants, kill_tree, metrics_lines, start_baton,
+                                wait_until)
+
+# About 20 x 13 s on an idle 2-core machine; far more when other work shares the cores.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+SEED, KILLS, MAX_STEPS = 20261130, 20, 100
+
+
+def _leftovers(root: Path) -> set[tuple[str, int]]:
+    """(name, inode) of each leftover: a new inode is a new interrupted save."""
+    return {(left.path.name, left.path.stat().st_ino) for left in find_leftovers(root)}
+
+
+def _step_period(metrics: Path, previous: float) -> float:
+    """Seconds per step (training + save) in the last records; the first record of a
+    launch also counts the start-up, so the smallest recent value is the period."""
+    records = [json.loads(line) for line in metrics.read_text().splitlines()[-4:]]
+    seconds = [r["seconds"] for r in records if "seconds" in r][1:]
+    return min(seconds) if seconds else previous
+
+
+def _latest_verifies(root: Path):
+    latest = read_latest(root)
+    if latest is None:
+        assert committed_steps(root) == [], "committed checkpoints but no `latest`"
+        return None
+    manifest_io.verify(latest)  # every checksum; raises naming what is wrong
+    return latest
+
+
+def _one_round(tmp_path: Path, number: int, common: list[str], rng: random.Random,
+               period: float) -> str:
+    """Launch, wait for this round's first step, SIGKILL at a random moment; return the
+    launch's output."""
+    metrics, log = tmp_path / "cpt" / "metrics.jsonl", tmp_path / f"round-{number:02d}.log"
+    before = metrics_lines(metrics)
+    proc = start_baton(log, "stage", "cpt", *common)
+    tree = []
+    try:
+        wait_until(lambda: metrics_lines(metrics) > before or proc.poll() is not None, 300,
+                   interval=0.01, what=f"round {number}'s first step")
+        assert proc.poll() is None, f"round {number} ended unkilled:\n{log.read_text()}"
+        time.sleep(rng.uniform(0, 2 * period))
+        tree = descendants(proc.pid)
+        workers = [p for p in tree if "stages.worker" in command_line(p.pid)]
+        target = proc.pid if number % 2 == 0 or not workers else workers[0].pid
+        os.kill(target, signal.SIGKILL)
+        proc.wait(timeout=120)
+        wait_until(lambda: not any(p.alive() for p in tree), 5,
+                   what="the killed launch's processes to die")
+    finally:
+        kill_tree(proc, tree)
+    return log.read_text()
+
+
+def test_twenty_random_sigkills_during_saves_leave_latest_verifiable_and_resumable(tmp_path):
+    common = [f"run.dir={tmp_path}", f"stage.max_steps={MAX_STEPS}", "stage.save_every=1",
+              "stage.keep_last=2", "stage.eval_every=1000", "stage.global_batch=4",
+              "stage.micro_batch=4", "parallel=single", "resume=latest"]
+    root = tmp_path / "cpt" / "checkpoints"
+    rng, period = random.Random(SEED), 0.2
+    in_write = in_retention = 0
+    latest = None
+    for number in range(KILLS):
+        before = _leftovers(root)
+        output = _one_round(tmp_path, number, common, rng, period)
+        if latest is not None:
+            assert f"resumed from {latest}" in output, output
+        if number > 0 and number % 2 == 1:  # the previous round killed the launcher
+            assert "taking over the lock left by pid" in output, output
+        new = _leftovers(root) - before
+        writing = any(name.endswith(".tmp") for name, _ in new)
+        in_write += writing
+        in_retention += not writing and any(name.endswith(".deleting") for name, _ in new)
+        latest = _latest_verifies(root)
+        period = _step_period(tmp_path / "cpt" / "metrics.jsonl", period)
+    in_save = in_write + in_retention
+    print(f"\n{KILLS} SIGKILLs: {in_save} landed during a save ({in_write} while writing: a "
+          f"step-N.tmp was left; {in_retention} in retention: a step-N.deleting was left); "
+          f"latest {latest.name}")
+    assert in_save >= 3, "too few kills landed during a save for this test to mean anything"
+
+    finished = run_baton("stage", "cpt", *common, check=True)
+    assert f"resumed from {latest}" in finished.stdout
+    assert f"stage cpt completed at step {MAX_STEPS}" in finished.stdout
+    assert read_latest(root).name == f"step-{MAX_STEPS:06d}"
+    assert find_leftovers(root) == [], "the saves after the kills should have removed leftovers"
+    assert [p.name for p in committed_steps(root)] == [f"step-{MAX_STEPS - 1:06d}",
+                                                        f"step-{MAX_STEPS:06d}"]
+    verified = run_baton("ckpt", "verify", str(root / "latest"))
+    assert verified.returncode == 0, verified.stderr

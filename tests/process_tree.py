@@ -1,0 +1,85 @@
+"""Test helpers: a background `baton` process, the processes it started, and waiting.
+
+The process tree is read from /proc (every pid's parent), not from psutil, which baton
+does not depend on. torchrun puts its workers in sessions of their own, so the tree,
+not the process group, is what finds them.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from baton import processes
+from baton.processes import ProcessIdentity
+from tests.conftest import REPO
+
+
+def start_baton(log: Path, *args: str) -> subprocess.Popen:
+    """`baton ARGS` in the background, its output to `log` (a pipe nobody reads would
+    block it)."""
+    handle = open(log, "w")
+    try:
+        return subprocess.Popen([sys.executable, "-m", "baton.cli", *args], cwd=REPO,
+                                stdout=handle, stderr=subprocess.STDOUT, text=True)
+    finally:
+        handle.close()
+
+
+def descendants(pid: int) -> list[ProcessIdentity]:
+    """Every live process below `pid`, children first."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            parent = processes.parent_of(int(entry.name))
+            if parent is not None:
+                parents.setdefault(parent, []).append(int(entry.name))
+    found, queue = [], list(parents.get(pid, []))
+    while queue:
+        child = queue.pop(0)
+        identity = processes.identity_of(child)
+        if identity is not None:
+            found.append(identity)
+        queue.extend(parents.get(child, []))
+    return found
+
+
+def command_line(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
+def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.05,
+               what: str = "condition"):
+    """Poll until `predicate()` is truthy; return its value, or fail after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def metrics_lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.is_file() else 0
+
+
+def kill_tree(proc: subprocess.Popen, known: list[ProcessIdentity] = ()) -> None:
+    """Clean-up after a failed test: SIGKILL what is left of a launch (`known`: processes
+    seen in its tree earlier, which may have been re-parented since), workers first."""
+    for identity in [*reversed(descendants(proc.pid)), *known]:
+        if identity.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(identity.pid, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
