@@ -12,21 +12,21 @@ import importlib
 import os
 import sys
 
-from baton.errors import BatonError
+from core.errors import BatonError
 
 DEBUG_ENV = "BATON_DEBUG"
 
 # command -> (module, help). Modules are imported only when their command runs, so
 # `baton ckpt verify` does not pay for importing DeepSpeed or MLflow.
 COMMANDS = {
-    "run": ("flows.cli", "run the whole pipeline (CPT -> SFT -> RM -> RL)"),
+    "run": ("baton.commands.run", "run the whole pipeline (CPT -> SFT -> RM -> RL)"),
     "stage": ("baton.commands.stage", "run one stage's workers: baton stage cpt|sft|rm|rl [overrides]"),
     "ckpt": ("baton.commands.ckpt", "verify | inspect | diff | reshard | adopt | export | gc checkpoints"),
-    "lineage": ("lineage.cli", "show | trace | handoff: browse the lineage store"),
-    "db": ("lineage.cli_db", "upgrade | current: manage the lineage schema"),
-    "ui": ("lineage.cli_ui", "start the MLflow UI on 127.0.0.1 against the run's store"),
-    "rerun": ("flows.cli_rerun", "re-run a stage from a recorded handoff and compare"),
-    "config": ("baton.commands.show_config", "print the resolved config for the given overrides"),
+    "lineage": ("baton.commands.lineage", "show | trace | handoff: browse the lineage store"),
+    "db": ("baton.commands.db", "upgrade | current: manage the lineage schema"),
+    "ui": ("baton.commands.ui", "start the MLflow UI on 127.0.0.1 against the run's store"),
+    "rerun": ("baton.commands.rerun", "re-run a stage from a recorded handoff and compare"),
+    "config": ("baton.commands.config", "print the resolved config for the given overrides"),
 }
 
 
@@ -34,12 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="baton", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue  # command not built in this checkout
+        module = importlib.import_module(module_name)
         cmd = sub.add_parser(name, help=help_text, description=help_text)
         module.add_arguments(cmd)
         cmd.set_defaults(_module=module)

@@ -25,6 +25,7 @@ from ckpt import foreign
 from ckpt import manifest as manifest_io
 from ckpt.commit import fsync_dir
 from ckpt.errors import CheckpointError, IncompatibleCheckpoint, NotACheckpoint, UnreadablePayload
+from ckpt.parallel_layout import Sharding
 
 MODEL_STATES = "mp_rank_00_model_states.pt"
 META = "meta.json"
@@ -137,8 +138,7 @@ def _manifest(staging: Path, stage: str, origin: dict, layout: dict, weights: li
                    "sha256": manifest_io.sha256_file(staging / rel)} for rel in weights + [META]}
     return manifest_io.Manifest(
         stage=stage, step=layout["step"], components={"model": list(weights), "meta": [META]},
-        files=files, parallel={"world_size": layout["world_size"],
-                               "zero_stage": layout["zero_stage"]},
+        files=files, parallel=Sharding.from_dict(layout).to_dict(),
         extra={manifest_io.ADOPTED: origin, "parent": None})
 
 
@@ -192,7 +192,7 @@ def adopt(source: str | Path, destination: str | Path, stage: str, meta: dict,
                   "adopted_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         (staging / META).write_text(json.dumps(
             {**meta, "adopted": origin, "stage": stage, "parent": None,
-             "parallel": {k: layout[k] for k in ("world_size", "zero_stage")}},
+             "parallel": Sharding.from_dict(layout).to_dict()},
             indent=1, sort_keys=True))
         manifest = _manifest(staging, stage, origin, layout, weights)
         manifest_io.write(staging, manifest)

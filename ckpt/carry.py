@@ -11,6 +11,7 @@ from pathlib import Path
 from ckpt import manifest as manifest_io
 from ckpt.checkpointer import rng_file
 from ckpt.errors import IncompatibleCheckpoint
+from ckpt.parallel_layout import Sharding
 
 
 def check_carry_layout(directory: str | Path, world_size: int, zero_stage: int):
@@ -20,11 +21,11 @@ def check_carry_layout(directory: str | Path, world_size: int, zero_stage: int):
     if manifest.adopted is not None:
         from ckpt.adopt import state_refusal
         raise state_refusal(directory, manifest, "carried into this stage")
-    here = {"world_size": world_size, "zero_stage": zero_stage}
-    saved = {k: manifest.parallel.get(k) for k in here}
+    here, saved = Sharding(world_size, zero_stage), manifest.layout.sharding
     if saved != here:
         raise IncompatibleCheckpoint(directory, (
-            f"cannot carry optimizer/scheduler/RNG from layout {saved} into {here}; reshard it "
+            f"cannot carry optimizer/scheduler/RNG from layout {saved.to_dict()} into "
+            f"{here.to_dict()}; reshard it "
             f"first: baton ckpt reshard {directory} DST parallel.world_size={world_size} "
             f"parallel.zero_stage={zero_stage}"))
     return manifest
@@ -34,7 +35,7 @@ def carry_from(checkpointer, directory: str | Path, *, optimizer: bool, schedule
                rng: bool) -> list[str]:
     """Load the requested parts into the live engine (all ranks); return what was carried."""
     directory = Path(directory)
-    manifest = check_carry_layout(directory, checkpointer.world, checkpointer.parallel["zero_stage"])
+    manifest = check_carry_layout(directory, checkpointer.world, checkpointer.layout.zero_stage)
     carried = []
     io = checkpointer.io
     io.begin_load(directory, manifest)

@@ -23,6 +23,7 @@ from ckpt.cleanup import remove_leftovers
 from ckpt.engine import BatonCheckpointEngine
 from ckpt.errors import CheckpointWriteFailed
 from ckpt.layout import MANIFEST, read_latest, step_dirname
+from ckpt.parallel_layout import Layout
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,8 @@ class Checkpointer:
     def __init__(self, engine, root: Path, stage: str, parallel: dict, keep_last: int,
                  crash_in_save_at_step: int = -1, fail_write_at_step: int = -1):
         self.engine, self.root, self.stage = engine, Path(root), stage
-        self.parallel, self.keep_last = parallel, keep_last
+        self.parallel, self.keep_last = parallel, keep_last  # the manifest's `parallel`
+        self.layout = Layout.from_dict(parallel)
         self.crash_at, self.fail_write_at = crash_in_save_at_step, fail_write_at_step
         self.io = BatonCheckpointEngine()
         engine.checkpoint_engine = self.io
@@ -156,7 +158,7 @@ class Checkpointer:
                 files[rel] = {"size": path.stat().st_size, "sha256": manifest_io.sha256_file(path)}
         components: dict[str, list[str]] = {}
         for rel in sorted(files):
-            for name in classify(rel, self.parallel["zero_stage"]):
+            for name in classify(rel, self.layout.zero_stage):
                 components.setdefault(name, []).append(rel)
         return manifest_io.Manifest(
             stage=self.stage, step=step, components=components, files=files,

@@ -6,6 +6,7 @@ from pathlib import Path
 from ckpt import manifest as manifest_io
 from ckpt.errors import IncompatibleCheckpoint
 from ckpt.manifest import Manifest
+from ckpt.parallel_layout import Sharding
 from ckpt.reader import CheckpointReader
 
 META = "meta.json"
@@ -36,13 +37,12 @@ def check_resumable(directory: str | Path, stage: str, parallel: dict, identity:
     if model_diff:
         raise IncompatibleCheckpoint(directory, "model or tokenizer config differs from this run's:\n"
                                      + "\n".join(f"  - {d}" for d in model_diff))
-    saved = {k: manifest.parallel.get(k) for k in ("world_size", "zero_stage")}
-    wanted = {k: parallel[k] for k in ("world_size", "zero_stage")}
+    saved, wanted = manifest.layout.sharding, Sharding.from_dict(parallel)
     if saved != wanted:
         raise IncompatibleCheckpoint(directory, (
-            f"saved with parallel.world_size={saved['world_size']} parallel.zero_stage="
-            f"{saved['zero_stage']}, this run uses world_size={wanted['world_size']} zero_stage="
-            f"{wanted['zero_stage']}. A plain resume cannot change the layout; convert it through a "
+            f"saved with parallel.world_size={saved.world_size} parallel.zero_stage="
+            f"{saved.zero_stage}, this run uses world_size={wanted.world_size} zero_stage="
+            f"{wanted.zero_stage}. A plain resume cannot change the layout; convert it through a "
             f"universal checkpoint first: baton ckpt reshard {directory} DST "
-            f"parallel.world_size={wanted['world_size']} parallel.zero_stage={wanted['zero_stage']}"))
+            f"parallel.world_size={wanted.world_size} parallel.zero_stage={wanted.zero_stage}"))
     return manifest

@@ -102,7 +102,7 @@ def diff_checkpoints(a: str | Path, b: str | Path, atol: float = 0.0) -> DiffRep
     ra, rb = CheckpointReader(a, ma), CheckpointReader(b, mb)
     report = DiffReport(only_in_a=sorted(set(ma.files) - set(mb.files)),
                         only_in_b=sorted(set(mb.files) - set(ma.files)))
-    zero = ma.parallel.get("zero_stage", 0)
+    zero = ma.layout.zero_stage
     for rel in sorted(set(ma.files) & set(mb.files)):
         if rel.endswith(".py"):
             continue  # DeepSpeed's copied helper scripts, not state

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from baton.errors import BatonError
+from core.errors import BatonError
 
 
 class CheckpointError(BatonError):

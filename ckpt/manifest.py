@@ -59,6 +59,12 @@ class Manifest:
                 + ((GRAD_ACCUM,) if self.mid_accumulation else ()))
 
     @property
+    def layout(self):
+        """`parallel` as a typed `ckpt.parallel_layout.Layout` (old manifests read too)."""
+        from ckpt.parallel_layout import Layout
+        return Layout.from_dict(self.parallel)
+
+    @property
     def adopted(self) -> dict | None:
         """Origin of an adopted checkpoint (source, kind, sha256s, absent components)."""
         return self.extra.get(ADOPTED)

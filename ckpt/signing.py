@@ -16,31 +16,14 @@ import hashlib
 import hmac
 import json
 import os
-import re
 
-from baton.errors import ConfigError
+from core.config.signing_key import CONFIG_KEY, key_problems
+from core.errors import ConfigError
 
 ALG = "hmac-sha256"
 FIELD = "signature"
-CONFIG_KEY = "ckpt.signing_key_env"
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 _key_env: str | None = None  # set by configure(); the variable's name, never its value
-
-
-def key_problems(env_name: str | None) -> list[str]:
-    """Why `env_name` cannot serve as the signing key's variable (empty list: it can)."""
-    if env_name is None:
-        return []
-    if not _ENV_NAME.match(env_name):
-        return [f"{CONFIG_KEY}={env_name!r}: expected the name of an environment variable "
-                "(letters, digits, '_'), not the key itself"]
-    if not os.environ.get(env_name):
-        return [f"{CONFIG_KEY}={env_name}: the environment variable {env_name} is not set or "
-                f"is empty. Export the HMAC key in it (e.g. `export {env_name}=$(openssl rand "
-                f"-hex 32)`, kept as secret as write access to the checkpoints), or drop "
-                f"{CONFIG_KEY} to work without signatures"]
-    return []
 
 
 def configure(env_name: str | None) -> None:

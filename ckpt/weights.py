@@ -23,7 +23,7 @@ def consolidated_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
     directory = Path(directory)
     manifest = manifest_io.verify(directory)  # every checksum before any unpickling
     reader = CheckpointReader(directory, manifest)
-    if manifest.parallel.get("zero_stage", 0) == 3:
+    if manifest.layout.zero_stage == 3:
         return _zero3_weights(reader)
     states = reader.torch(MODEL_STATES)
     return {k: v.float() for k, v in states["module"].items()}

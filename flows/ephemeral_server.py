@@ -4,7 +4,7 @@ Without PREFECT_API_URL, Prefect starts a local API server (uvicorn) in a subpro
 its own the first time a flow needs one, and stops it at interpreter exit. A SIGKILL of
 `baton run` skips that exit, and the server would live on. So the server is started here,
 before the flow, through the same Prefect object (a per-process singleton the flow then
-reuses), and its pid is handed to a `baton.guardian`, which stops it when this process
+reuses), and its pid is handed to a `core.guardian`, which stops it when this process
 is gone however it went.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ def owned_ephemeral_server() -> Iterator[None]:
         return
     from prefect.server.api.server import SubprocessASGIServer
 
-    from baton.guardian import Guardian
+    from core.guardian import Guardian
 
     guardian = Guardian().start()
     server = SubprocessASGIServer()

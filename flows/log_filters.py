@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from baton.errors import BatonError
+from core.errors import BatonError
 
 RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
 

@@ -5,12 +5,13 @@ other processes (Prefect workers) with nothing but ids and paths passed between 
 """
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
-from baton.config.compose import as_dict, config_hash
+from core.config.compose import as_dict, config_hash
 from ckpt import manifest as manifest_io
+from ckpt.layout import stage_dir
+from ckpt.reader import CheckpointReader
 from ckpt.reproduce import read_trace
 from stages.run_files import METRICS
 
@@ -64,7 +65,7 @@ class Recording:
 
     def stage_outputs(self, stage_run, run_dir: Path, checkpoints: list[dict]) -> list:
         """Per-step metrics to MLflow; every committed checkpoint to lineage and MLflow."""
-        metrics_file = run_dir / stage_run.stage / METRICS
+        metrics_file = stage_dir(run_dir, stage_run.stage) / METRICS
         trace = read_trace(metrics_file) if metrics_file.is_file() else {}
         if stage_run.mlflow_run_id:
             for record in trace.values():
@@ -76,7 +77,7 @@ class Recording:
             if not (path / manifest_io.MANIFEST).is_file():
                 continue  # removed by retention since
             manifest = manifest_io.verify(path, checksums=False)
-            progress = json.loads((path / "progress.json").read_text())
+            progress = CheckpointReader(path, manifest).json("progress.json")  # checked bytes
             ckpt = self.store.record_checkpoint(
                 stage_run.id, manifest.step, str(path), manifest_io.checksum_of(path / manifest_io.MANIFEST),
                 manifest.total_bytes(), "deepspeed", manifest.parallel,

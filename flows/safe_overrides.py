@@ -8,9 +8,9 @@ that looks like a URL with a password is masked too.
 """
 from __future__ import annotations
 
-from baton.config.secrets import SECRET_KEYS, redact_text
-from baton.config.schema import BatonConfig
-from flows.stage_config import quoted
+from core.config.secrets import SECRET_KEYS, redact_text
+from core.config.schema import BatonConfig
+from core.config.compose import quoted
 
 
 def safe_overrides(overrides: list[str], cfg: BatonConfig) -> list[str]:

@@ -8,14 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from baton.config import compose
-from baton.config.schema import BatonConfig
-
-
-def quoted(key: str, value) -> str:
-    """An override whose value may hold ':' '/' '@' (paths, URLs)."""
-    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
-    return f"{key}='{text}'"
+from core.config import compose
+from core.config.compose import quoted
+from core.config.schema import BatonConfig
 
 
 def pipeline_root(cfg: BatonConfig, pipeline_run_id: int) -> Path:

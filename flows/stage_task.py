@@ -10,7 +10,8 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from flows.stage_config import quoted, stage_config
+from ckpt.parallel_layout import Layout
+from flows.stage_config import stage_config
 
 
 def infrastructure_only(task, task_run, state) -> bool:
@@ -25,32 +26,20 @@ def infrastructure_only(task, task_run, state) -> bool:
     return False
 
 
-def _inputs_as_overrides(inputs: list[dict]) -> tuple[dict | None, list[str]]:
-    policy = next((i for i in inputs if i["role"] == "policy"), None)
-    extra = [quoted("stage.init_from", policy["input_path"])] if policy else []
-    if policy:
-        carry = policy["carry"]
-        extra += [f"stage.init_optimizer={str(carry['optimizer']).lower()}",
-                  f"stage.init_scheduler={str(carry['scheduler']).lower()}",
-                  f"stage.init_rng={str(carry['rng']).lower()}"]
-    extra += [quoted("stage.reward_model_from", i["input_path"])
-              for i in inputs if i["role"] == "reward_model"]
-    return policy, extra
-
-
 @task(name="stage", retries=1, retry_delay_seconds=5, retry_condition_fn=infrastructure_only,
       cache_policy=NO_CACHE)
 def run_stage(overrides: list[str], stage: str, pipeline_run_id: int, root: str,
               inputs: list[dict]) -> dict:
-    from baton.errors import BatonError
+    from core.errors import BatonError
     from flows.recording import Recording
+    from handoff.carry import inputs_as_overrides
     from stages.launch import launch_stage
     from stages.model import ensure_model_dir
 
-    policy, extra = _inputs_as_overrides(inputs)
+    policy, extra = inputs_as_overrides(inputs)
     cfg = stage_config(overrides, stage, root, extra)
     rec = Recording(cfg)
-    parallel = {"world_size": cfg.parallel.world_size, "zero_stage": cfg.parallel.zero_stage}
+    parallel = Layout.from_config(cfg).sharding.to_dict()
     stage_run = rec.start_stage(pipeline_run_id, stage, parallel,
                                 handoff_id=policy["handoff_id"] if policy else None)
     for item in inputs:

@@ -2,7 +2,7 @@
 
 `LineageStore` records and queries it (SQLite or PostgreSQL, schema owned by Alembic);
 `MlflowLineage` mirrors it into MLflow. Names are resolved lazily so that importing
-`lineage.cli` for `baton --help` does not import SQLAlchemy or MLflow.
+`baton.commands.lineage` for `baton --help` does not import SQLAlchemy or MLflow.
 """
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ MAX_ATTEMPTS = 12
 
 
 def make_engine(url: str) -> Engine:
-    from baton.config.secrets import connectable
+    from core.config.secrets import connectable
 
     # A `***` password (how a composed config holds one) means: libpq reads it from
     # PGPASSWORD, ~/.pgpass or PGPASSFILE.

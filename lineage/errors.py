@@ -4,7 +4,7 @@ Every URL in a message is rendered without its password (see `lineage.urls.safe_
 """
 from __future__ import annotations
 
-from baton.errors import BatonError
+from core.errors import BatonError
 
 
 class LineageError(BatonError):

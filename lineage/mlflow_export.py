@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Optional
 
-from baton.errors import BatonError
+from core.errors import BatonError
 
 
 class RegistrationFailed(BatonError):

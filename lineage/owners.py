@@ -20,7 +20,7 @@ from typing import Optional
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from baton import processes
+from core import processes
 from lineage import models as m
 
 CRASHED = "crashed"

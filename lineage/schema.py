@@ -49,6 +49,13 @@ class SchemaState:
     def up_to_date(self) -> bool:
         return self.current == self.head
 
+    @property
+    def verdict(self) -> str:
+        """What the store needs: nothing, or `baton db upgrade` (empty or behind)."""
+        if self.current is None:
+            return "empty: run `baton db upgrade`"
+        return "up to date" if self.up_to_date else "behind: run `baton db upgrade`"
+
 
 def current_revision(connection: Connection) -> Optional[str]:
     from alembic.runtime.migration import MigrationContext
@@ -74,6 +81,26 @@ def check(connection: Connection, url: str) -> SchemaState:
         except CommandError:
             raise SchemaAheadOfCode(safe_url(url), current, head) from None
     return SchemaState(safe_url(url), current, head)
+
+
+def status(url: str) -> SchemaState:
+    """The store's schema state without creating or migrating anything: a missing SQLite
+    file or an unreachable server is an error, not an empty store."""
+    from sqlalchemy.exc import DBAPIError
+
+    from lineage.engine import make_engine
+    from lineage.errors import StoreNotFound, StoreUnreachable
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        raise StoreNotFound(safe_url(url), str(path))
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            return check(connection, url)
+    except DBAPIError as exc:
+        raise StoreUnreachable(safe_url(url), str(exc.orig).strip().splitlines()[0]) from None
+    finally:
+        engine.dispose()
 
 
 def upgrade(engine: Engine, revision: str = "head") -> SchemaState:

@@ -16,7 +16,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from baton.processes import ProcessIdentity
+from core.processes import ProcessIdentity
 from lineage import models as m
 from lineage import owners
 from lineage import queries as q

@@ -6,6 +6,8 @@ import os
 
 import torch
 
+from ckpt.parallel_layout import accumulation_steps
+
 
 BUCKET_ELEMENTS = 20_000_000
 
@@ -17,7 +19,8 @@ def backend_for(requested: str) -> str:
 
 
 def deepspeed_config(stage_cfg, parallel_cfg) -> dict:
-    accumulation = stage_cfg.global_batch // (stage_cfg.micro_batch * parallel_cfg.world_size)
+    accumulation = accumulation_steps(stage_cfg.global_batch, stage_cfg.micro_batch,
+                                      parallel_cfg.world_size)
     return {
         "train_batch_size": stage_cfg.global_batch,
         "train_micro_batch_size_per_gpu": stage_cfg.micro_batch,

@@ -17,7 +17,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from baton.errors import BatonError
+from core.errors import BatonError
 from ckpt import manifest as manifest_io
 from ckpt.compat import read_meta
 
@@ -67,7 +67,7 @@ def _fresh_target(out: Path) -> Path:
 def load_checkpoint_model(src: Path, manifest, meta: dict):
     """(model, tokenizer) of the stage that saved `src`, holding exactly its weights."""
     from ckpt.weights import load_weights_into
-    from stages.objectives import OBJECTIVES
+    from stages.registry import OBJECTIVES
 
     objective = OBJECTIVES.get(manifest.stage)
     if objective is None:

@@ -6,6 +6,8 @@ and `horizon` steps of a constant error change it by a factor of about e^error.
 """
 from __future__ import annotations
 
+from stages.errors import KlStateMismatch
+
 KIND, COEF, TARGET, HORIZON = "kind", "coef", "target", "horizon"
 FIXED, ADAPTIVE = "fixed", "adaptive"
 ERROR_CLIP = 0.2
@@ -25,8 +27,7 @@ class FixedKL:
 
     def load_state_dict(self, state: dict) -> None:
         if state[KIND] != self.kind:
-            raise ValueError(f"KL controller state is {state[KIND]!r}, this run uses {self.kind!r}; "
-                             "keep stage.kl_target as it was when the checkpoint was saved")
+            raise KlStateMismatch(state[KIND], self.kind)
         self.coef = float(state[COEF])
 
 

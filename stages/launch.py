@@ -14,9 +14,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from baton.config.compose import as_dict, config_hash
-from baton.config.schema import BatonConfig
-from baton.errors import BatonError
+from core.config.compose import as_dict, config_hash
+from core.config.schema import BatonConfig
+from core.errors import BatonError
 from ckpt.layout import checkpoints_dir, stage_dir
 from stages.preflight import check_stage_inputs
 from stages.lifeline import torchrun_command, write_launch_file

@@ -30,8 +30,8 @@ import threading
 import time
 from pathlib import Path
 
-from baton import processes
-from baton.errors import BatonError
+from core import processes
+from core.errors import BatonError
 
 ENV_CHAIN, ENV_NONCE = "BATON_LIFELINE", "BATON_LAUNCH_NONCE"
 POLL_SECONDS = 0.5

@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from baton.config.schema import BatonConfig, ModelConfig
+from core.config.schema import BatonConfig, ModelConfig
 
 BUILTIN_DIRNAME = "model"
 
@@ -98,15 +98,13 @@ def model_identity(model, tokenizer) -> dict:
     return identity
 
 
-def model_identity_from_dir(directory: str | Path, stage: str = "cpt") -> dict:
-    """`model_identity` of the model `stage` trains, without loading weights (used before
-    workers start)."""
+def model_identity_from_dir(directory: str | Path, model_class) -> dict:
+    """`model_identity` of the model a stage trains, without loading weights (used before
+    workers start). `model_class`: the stage's objective's `model_class` (stages.registry)."""
     from transformers import AutoConfig, AutoTokenizer
-
-    from stages.objectives import OBJECTIVES
 
     class _Shell:
         config = AutoConfig.from_pretrained(str(directory))
-        architecture_name = OBJECTIVES[stage].model_class(config).__name__
+        architecture_name = model_class(config).__name__
 
     return model_identity(_Shell, AutoTokenizer.from_pretrained(str(directory)))

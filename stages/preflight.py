@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from baton.errors import ConfigError
+from core.errors import ConfigError
 
 # HF file names (transformers.utils.SAFE_WEIGHTS_NAME etc.), spelled out to stay import-free.
 SAFE_WEIGHTS, SAFE_INDEX = "model.safetensors", "model.safetensors.index.json"

@@ -13,8 +13,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from stages.errors import WrongModelCheckpoint
 from stages.kl_controller import build_kl_controller
-from stages.objectives import CausalLMObjective, _pad
+from stages.model import load_model_and_tokenizer
+from stages.objective import CausalLMObjective, pad
+from stages.rm import RmObjective
 from stages.sampling import decode_rows, generate, greedy_accuracy, response_mask, seeded_generator
 from stages.tasks import HELDOUT, TRAIN, check_answer
 
@@ -66,15 +69,13 @@ def checkpoint_identity(path: str | None, model_dir) -> dict:
 
 def _frozen(model_class, model_dir, path: str | None, role: str):
     from ckpt.weights import load_weights_into
-    from stages.model import load_model_and_tokenizer
 
     model, _ = load_model_and_tokenizer(model_dir, model_class)
     if path is not None:
         report = load_weights_into(model, path, allow_new_head=True)
         if report["new"]:
-            raise ValueError(f"stage.{role}_from={path}: the checkpoint lacks {report['new']} of "
-                             f"{type(model).__name__}; expected a checkpoint of that model "
-                             f"(a '{'rm' if role == 'reward_model' else 'sft'}' stage checkpoint)")
+            raise WrongModelCheckpoint(path, role, report["new"], type(model).__name__,
+                                       "rm" if role == "reward_model" else "sft")
     return model.eval().requires_grad_(False)
 
 
@@ -95,7 +96,6 @@ class RlObjective(CausalLMObjective):
         self.reference = _frozen(self.model_class, model_dir, reference_from, "reference")
         self.identities[REFERENCE] = checkpoint_identity(reference_from, model_dir)
         if s.reward_model_weight > 0:
-            from stages.rm import RmObjective
             self.reward_model = _frozen(RmObjective.model_class, model_dir,
                                         s.reward_model_from, "reward_model")
             self.identities[REWARD_MODEL] = checkpoint_identity(s.reward_model_from, model_dir)
@@ -133,8 +133,8 @@ class RlObjective(CausalLMObjective):
     @torch.no_grad()
     def _rm_scores(self, ids: list[int], tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         rows = [ids + row[m > 0].tolist() for row, m in zip(tokens, mask)]
-        batch = {"input_ids": _pad(rows, self.tokenizer.pad_token_id),
-                 "attention_mask": _pad([[1] * len(r) for r in rows], 0)}
+        batch = {"input_ids": pad(rows, self.tokenizer.pad_token_id),
+                 "attention_mask": pad([[1] * len(r) for r in rows], 0)}
         return self.reward_model(**batch).logits.squeeze(-1).float()
 
     def _log_probs(self, model, full: torch.Tensor, start: int):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from stages.objectives import CausalLMObjective, _pad
+from stages.objective import CausalLMObjective, pad
 from stages.tasks import HELDOUT
 
 
@@ -47,8 +47,8 @@ class RmObjective(CausalLMObjective):
             rejected.append(self._ids(prompt, bad))
         rows = chosen + rejected
         # Right padding with the pad id: the classification head reads the last non-pad token.
-        return {"input_ids": _pad(rows, self.tokenizer.pad_token_id),
-                "attention_mask": _pad([[1] * len(r) for r in rows], 0)}
+        return {"input_ids": pad(rows, self.tokenizer.pad_token_id),
+                "attention_mask": pad([[1] * len(r) for r in rows], 0)}
 
     @staticmethod
     def scores(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:

@@ -17,10 +17,10 @@ def library_versions() -> dict:
     import torch
     import transformers
 
-    import baton
+    from core.version import __version__ as baton_version
     return {"python": platform.python_version(), "torch": torch.__version__,
             "deepspeed": deepspeed.__version__, "transformers": transformers.__version__,
-            "baton": baton.__version__}
+            "baton": baton_version}
 
 
 class RunFiles:

@@ -27,8 +27,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Optional
 
-from baton import processes
-from baton.errors import BatonError
+from core import processes
+from core.errors import BatonError
 
 STAGE_LOCK, RUN_LOCK = "stage.lock", "run.lock"
 # What the refusal means and the fix; `{stop}` names the holder's process.
@@ -126,7 +126,7 @@ def _release(fd: int) -> None:
 
 
 def _my_record() -> dict:
-    from baton.config.secrets import redact_text
+    from core.config.secrets import redact_text
 
     me = processes.current()
     started = me.started_at()

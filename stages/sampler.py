@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ckpt.parallel_layout import accumulation_steps
+
 SAMPLE_INDEX = "global_sample_index"
 EPOCH = "epoch"
 
@@ -31,7 +33,7 @@ class GlobalSampler:
 
     @property
     def accumulation_steps(self) -> int:
-        return self.global_batch // (self.micro_batch * self.world_size)
+        return accumulation_steps(self.global_batch, self.micro_batch, self.world_size)
 
     @property
     def epoch(self) -> int:

@@ -16,17 +16,19 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from baton.config.compose import from_dict
-from baton.errors import BatonError
+from core.config.compose import from_dict
+from core.errors import BatonError
 from ckpt import safe_load, signing
 from ckpt.checkpointer import Checkpointer, SavePayload, load_complete
 from ckpt.layout import resolve_resume
 from ckpt.layout import checkpoints_dir, stage_dir
+from ckpt.parallel_layout import Layout
 from ckpt.state import RngState, TrainingProgress, derived_seed, seed_everything
-from stages import grad_accum, objectives, run_files
+from stages import grad_accum, run_files
 from stages.engine_setup import build_engine, init_distributed
 from stages.lifeline import worker_start
 from stages.model import model_identity
+from stages.registry import objective_class
 from stages.sampler import GlobalSampler
 from stages.tasks import TRAIN, ArithmeticTasks
 from stages.worker_output import report_error
@@ -57,7 +59,7 @@ class StageWorker:
         self.rank, self.world = init_distributed(self.cfg.parallel)
         s = self.cfg.stage
         seed_everything(derived_seed(self.cfg.seed, s.name, self.rank))
-        objective_cls = objectives.OBJECTIVES[s.name]
+        objective_cls = objective_class(s.name)
         model, self.tokenizer = objective_cls.build_model(launch["model_dir"])
         self.init_report = self._init_weights(model, objective_cls.new_head)
         self.identity = model_identity(model, self.tokenizer)
@@ -69,9 +71,8 @@ class StageWorker:
                                      s.micro_batch, self.world, self.cfg.seed)
         self.accum = self.sampler.accumulation_steps
         self.progress = TrainingProgress()
-        self.parallel = {"world_size": self.world, "zero_stage": self.cfg.parallel.zero_stage,
-                         "micro_batch": s.micro_batch, "gradient_accumulation_steps": self.accum,
-                         "global_batch": s.global_batch, "backend": dist.get_backend()}
+        self.layout = Layout.from_config(self.cfg, self.world)
+        self.parallel = {**self.layout.to_dict(), "backend": dist.get_backend()}
         self.root = checkpoints_dir(self.cfg.run.dir, s.name)
         self.files = run_files.RunFiles(stage_dir(self.cfg.run.dir, s.name), self.rank == 0)
         self.ckpt = Checkpointer(self.engine, self.root, s.name, self.parallel, s.keep_last,

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from baton import processes
-from baton.processes import ProcessIdentity
+from core import processes
+from core.processes import ProcessIdentity
 from tests.conftest import REPO
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
-from baton.errors import UsageError
+from core.errors import UsageError
 
 
 def add_arguments(parser) -> None:
@@ -25,46 +24,17 @@ def add_arguments(parser) -> None:
     add_adopt_export(sub)
     from baton.commands.ckpt_gc import add_gc_arguments
     add_gc_arguments(sub)
-    try:
-        from ckpt.reshard_cli import add_reshard_arguments
-    except ModuleNotFoundError:
-        return
+    from baton.commands.ckpt_reshard import add_reshard_arguments
     add_reshard_arguments(sub)
 
 
-def checkpoint_arg(value: str, argument: str = "PATH") -> Path:
-    """A checkpoint directory named on the command line. The `latest` pointer file (what a
-    user types after looking in checkpoints/) stands for the directory it names; an empty
-    string is refused rather than read as the current directory."""
-    from ckpt.errors import NotACheckpoint
-    from ckpt.layout import LATEST
-
-    if not value.strip():
-        raise UsageError(argument, value, "an empty path; expected a checkpoint directory such "
-                         "as <run.dir>/<stage>/checkpoints/step-000010, or its `latest` pointer")
-    path = Path(value)
-    if path.is_file() and path.name != LATEST:
-        raise NotACheckpoint(path, "a file, not a checkpoint directory; pass the step-NNNNNN "
-                             "directory that holds it (or the `latest` pointer beside them)")
-    if not path.is_file():
-        return path
-    try:
-        name = path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise NotACheckpoint(path, f"unreadable `latest` pointer ({exc})") from None
-    target = path.parent / name
-    if not name or "/" in name or name in (".", "..") or not target.is_dir():
-        raise NotACheckpoint(path, f"the `latest` pointer names {name!r}, which is not a "
-                             f"checkpoint directory beside it; list {path.parent} to pick one")
-    return target
-
-
 def _verify(args) -> int:
+    from ckpt.named import named_checkpoint
     from ckpt import manifest as manifest_io
     from ckpt.errors import CheckpointError
 
     try:
-        path = checkpoint_arg(args.path)
+        path = named_checkpoint(args.path)
         manifest = manifest_io.verify(path)
     except CheckpointError as exc:
         print(f"FAILED {exc}", file=sys.stderr)
@@ -75,19 +45,11 @@ def _verify(args) -> int:
 
 
 def _inspect(args) -> int:
-    from ckpt import manifest as manifest_io
-    from ckpt.compat import read_meta
+    from ckpt.named import named_checkpoint
+    from ckpt.describe import describe
 
-    directory = checkpoint_arg(args.path).resolve()
-    manifest = manifest_io.verify(directory, checksums=False)
-    meta = read_meta(directory, manifest)
-    info = {"path": str(directory), "stage": manifest.stage, "step": manifest.step,
-            "mid_accumulation": manifest.mid_accumulation, "parallel": manifest.parallel,
-            "components": {name: {"files": files,
-                                  "bytes": sum(manifest.files[f]["size"] for f in files)}
-                           for name, files in sorted(manifest.components.items())},
-            "total_bytes": manifest.total_bytes(), "parent": meta.get("parent"),
-            "config_hash": meta.get("config_hash"), "versions": meta.get("versions")}
+    directory = named_checkpoint(args.path).resolve()
+    manifest, info = describe(directory)
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -109,11 +71,12 @@ def _inspect(args) -> int:
 
 
 def _diff(args) -> int:
+    from ckpt.named import named_checkpoint
     from ckpt.diff import diff_checkpoints
 
     # Exit 1 means "different"; anything that prevents comparing (a missing, damaged or
     # unreadable checkpoint) is a CheckpointError: exit 2, "could not compare".
-    report = diff_checkpoints(checkpoint_arg(args.a, "A"), checkpoint_arg(args.b, "B"),
+    report = diff_checkpoints(named_checkpoint(args.a, "A"), named_checkpoint(args.b, "B"),
                               atol=args.atol)
     if args.json:
         print(json.dumps({"identical": report.identical, "only_in_a": report.only_in_a,
@@ -157,6 +120,6 @@ def main(args) -> int:
         from baton.commands.ckpt_gc import run_gc
         return run_gc(args)
     if args.action == "reshard":
-        from ckpt.reshard_cli import run_reshard
+        from baton.commands.ckpt_reshard import run_reshard
         return run_reshard(args)
     return {"verify": _verify, "inspect": _inspect, "diff": _diff}[args.action](args)

@@ -39,7 +39,7 @@ def add_arguments(sub) -> None:
 
 def _given(argument: str, value: str, expected: str) -> Path:
     """A path argument; an empty one is refused rather than read as the current directory."""
-    from baton.errors import UsageError
+    from core.errors import UsageError
 
     if not value.strip():
         raise UsageError(argument, value, f"an empty path; expected {expected}")
@@ -48,7 +48,7 @@ def _given(argument: str, value: str, expected: str) -> Path:
 
 def _adopted_name(name: str | None, found) -> str:
     """--name, or one made of the source's directory names; one plain path component."""
-    from baton.errors import UsageError
+    from core.errors import UsageError
 
     if name is not None:
         if not NAME.match(name):
@@ -64,19 +64,20 @@ def _fit_check(stage: str, model_dir: Path):
     """The adopted weights must load, safely, into the model `stage` builds from `model_dir`."""
     def check(staged: Path) -> None:
         from ckpt.weights import load_weights_into
-        from stages.objectives import OBJECTIVES
+        from stages.registry import objective_class
 
-        objective = OBJECTIVES[stage]
+        objective = objective_class(stage)
         model, _ = objective.build_model(model_dir)
         load_weights_into(model, staged, allow_new_head=objective.new_head)
     return check
 
 
 def adopt(args) -> int:
-    from baton.config import compose
+    from core.config import compose
     from ckpt.adopt import adopt as adopt_checkpoint, find_source
     from ckpt.foreign import HF
     from stages.model import ensure_model_dir, model_identity_from_dir
+    from stages.registry import objective_class
     from stages.run_files import library_versions
 
     cfg = compose(args.overrides)
@@ -85,7 +86,7 @@ def adopt(args) -> int:
     # A HF directory is its own model; DeepSpeed files are checked against the configured one.
     model_dir = found.directory if found.kind == HF else ensure_model_dir(cfg)
     destination = Path(cfg.run.dir) / ADOPTED_DIR / _adopted_name(args.name, found)
-    meta = {"model": model_identity_from_dir(model_dir, args.stage), "model_dir": str(model_dir),
+    meta = {"model": model_identity_from_dir(model_dir, objective_class(args.stage).model_class), "model_dir": str(model_dir),
             "run_dir": cfg.run.dir, "versions": library_versions()}
     manifest = adopt_checkpoint(found.root or found.directory, destination, args.stage, meta,
                                 check=_fit_check(args.stage, model_dir))
@@ -130,8 +131,8 @@ def _record(cfg, destination: Path, manifest, kind: str):
 def _export_config(overrides: list[str], src: Path):
     """The run whose lineage and MLflow describe `src`: the overrides if given, else the
     config its meta.json recorded (store.url and mlflow.tracking_uri are pinned there)."""
-    from baton.config import compose
-    from baton.config.compose import from_dict
+    from core.config import compose
+    from core.config.compose import from_dict
     from ckpt import manifest as manifest_io
     from ckpt.compat import read_meta
 
@@ -165,9 +166,9 @@ def _lineage_facts(cfg, src: Path) -> tuple[dict, str]:
 def export(args) -> int:
     from stages.export import export as export_checkpoint
 
-    from baton.commands.ckpt import checkpoint_arg
+    from ckpt.named import named_checkpoint
 
-    src = checkpoint_arg(args.checkpoint, "CHECKPOINT").resolve()
+    src = named_checkpoint(args.checkpoint, "CHECKPOINT").resolve()
     out = _given("DIR", args.dir, "a new or empty directory for the Hugging Face model")
     cfg = _export_config(args.overrides, src)
     facts, note = _lineage_facts(cfg, src)
@@ -180,7 +181,7 @@ def export(args) -> int:
 
 
 def _register(cfg, name: str, result, facts: dict) -> None:
-    from baton.errors import BatonError
+    from core.errors import BatonError
     from lineage.mlflow_bridge import mlflow_lineage
     from lineage.mlflow_export import register_export
 

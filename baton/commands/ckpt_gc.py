@@ -36,7 +36,7 @@ def add_gc_arguments(sub) -> None:
 
 def checkpoints_roots(path: str | None, overrides: list[str]) -> list[Path]:
     if path is None:
-        from baton.config import compose
+        from core.config import compose
         run_dir = Path(compose(overrides).run.dir)
         homes = [run_dir, *sorted(run_dir.glob("pipeline-*"))]
         return [home / stage / CHECKPOINTS for home in homes for stage in STAGE_NAMES

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import contextlib
 
-from baton.errors import ConfigError
+from core.errors import ConfigError
 
 
 def add_arguments(parser) -> None:
@@ -11,36 +11,15 @@ def add_arguments(parser) -> None:
 
 
 def prepare(overrides: list[str], name: str, locks: contextlib.ExitStack | None = None):
-    """Compose + validate the config and check a resume target before any worker starts.
-    With `locks`, the stage directory's lock is taken into it before anything is written:
-    a directory another run holds is refused at once."""
-    from baton.config import compose
-    from ckpt.layout import resolve_resume
-    from ckpt.compat import check_resumable
-    from ckpt.layout import checkpoints_dir
-    from stages.model import ensure_model_dir, model_identity_from_dir
-    from stages.preflight import check_stage_inputs
+    """Compose + validate the config and run the stage's pre-launch checks (see
+    stages.prepare) before any worker starts."""
+    from core.config import compose
+    from stages.prepare import prepare_stage
 
     if any(o.startswith("stage.name=") for o in overrides):
         raise ConfigError(["stage.name is set by the command: use `baton stage NAME`"])
     cfg = compose([f"stage={name}", *overrides])
-    from ckpt import signing
-    signing.configure(cfg.ckpt.signing_key_env)  # checkpoints read below must be signed too
-    check_stage_inputs(cfg)  # a bad model.path or init_from is refused before any worker
-    if locks is not None:  # before the first write (the built-in model, launch.json)
-        from ckpt.layout import stage_dir
-        from stages.run_lock import stage_lock
-        locks.enter_context(stage_lock(stage_dir(cfg.run.dir, name)))
-    model_dir = ensure_model_dir(cfg)
-    s = cfg.stage
-    if s.init_from and (s.init_optimizer or s.init_scheduler or s.init_rng):
-        from ckpt.carry import check_carry_layout
-        check_carry_layout(s.init_from, cfg.parallel.world_size, cfg.parallel.zero_stage)
-    target = resolve_resume(cfg.resume, checkpoints_dir(cfg.run.dir, name))
-    if target is not None:
-        parallel = {"world_size": cfg.parallel.world_size, "zero_stage": cfg.parallel.zero_stage}
-        check_resumable(target, name, parallel, model_identity_from_dir(model_dir, name))
-    return cfg, model_dir
+    return cfg, prepare_stage(cfg, name, locks)
 
 
 def main(args) -> int:

@@ -102,7 +102,7 @@ def test_a_worker_killed_by_a_signal_is_named_as_an_infrastructure_failure(tmp_p
 @pytest.fixture(scope="module")
 def hf_model(tmp_path_factory) -> Path:
     """The built-in model, as save_pretrained wrote it (no workers needed)."""
-    from baton.config import compose
+    from core.config import compose
     from stages.model import ensure_model_dir
 
     return ensure_model_dir(compose([f"run.dir={tmp_path_factory.mktemp('home')}"]))
@@ -274,7 +274,7 @@ def test_init_from_a_foreign_or_wrong_checkpoint_is_refused_before_any_worker(tr
 def test_an_unexpected_exception_is_one_paragraph_exit_3_and_its_traceback_on_request(
         monkeypatch, capsys):
     from baton import cli
-    from baton.commands import show_config
+    from baton.commands import config as show_config
 
     def broken(args):
         raise RuntimeError("boom\nsecond line")

@@ -77,7 +77,7 @@ def no_jobs(monkeypatch):
     """Fail loudly (exit 3, so the case fails) if a case gets as far as starting a job."""
     import flows.pipeline
     import flows.rerun
-    import lineage.cli_ui
+    import baton.commands.ui
     import stages.launch
 
     def started(*args, **kwargs):
@@ -86,7 +86,7 @@ def no_jobs(monkeypatch):
     monkeypatch.setattr(stages.launch, "launch_stage", started)
     monkeypatch.setattr(flows.pipeline, "post_training", started)
     monkeypatch.setattr(flows.rerun, "rerun_stage", started)
-    monkeypatch.setattr(lineage.cli_ui.subprocess, "Popen", started)
+    monkeypatch.setattr(baton.commands.ui.subprocess, "Popen", started)
 
 
 def _in_process(argv: list[str], capsys) -> tuple[int, str]:

@@ -131,7 +131,7 @@ def test_no_cli_output_shows_the_password(secret_run):
 
 def test_the_store_is_reached_with_the_password_from_the_environment(secret_run, monkeypatch):
     """What libpq used is the secret, though no URL baton keeps or passes holds it."""
-    from baton.config import compose
+    from core.config import compose
     from lineage.engine import make_engine
     from lineage.urls import store_url
     run_dir, database, _, _ = secret_run

@@ -7,8 +7,8 @@ import random
 import pytest
 import torch
 
-from baton.config import compose
-from baton.errors import ConfigError
+from core.config import compose
+from core.errors import ConfigError
 from ckpt.state import RngState
 from stages.sampler import GlobalSampler
 from stages.tasks import HELDOUT, TRAIN, ArithmeticTasks, check_answer

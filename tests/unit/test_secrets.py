@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from baton.config import compose, config_hash
-from baton.config.secrets import connectable, redact_text, redact_url, redact_values
-from baton.errors import ConfigError
+from core.config import compose, config_hash
+from core.config.secrets import connectable, redact_text, redact_url, redact_values
+from core.errors import ConfigError
 
 ENV = ("PGPASSWORD", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
 PG = "postgresql+psycopg://u:{}@127.0.0.1:5432/db"

@@ -78,7 +78,7 @@ def _same_weights(a: dict, b: dict) -> bool:
 @pytest.fixture(scope="module")
 def home(tmp_path_factory) -> Path:
     """A run home with the built-in model in it (what every stage here trains)."""
-    from baton.config import compose
+    from core.config import compose
     from stages.model import ensure_model_dir
 
     run_dir = tmp_path_factory.mktemp("home")

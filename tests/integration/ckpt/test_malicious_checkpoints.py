@@ -175,8 +175,8 @@ def test_init_from_a_poisoned_zero3_checkpoint_is_refused(poisoned, tmp_path):
 
 @pytest.mark.parametrize("kind", ["model-states", "zero3-model-shard"])
 def test_handoff_candidate_evaluation_refuses_the_checkpoint(poisoned, kind, tmp_path):
-    from baton.config.compose import compose
-    from stages.candidates import evaluate_candidates
+    from core.config.compose import compose
+    from handoff.candidates import evaluate_candidates
 
     _, ckpt, rel, marker = poisoned(kind)
     model_dir = json.loads((ckpt / "meta.json").read_text())["model_dir"]

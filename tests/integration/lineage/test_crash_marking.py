@@ -6,8 +6,8 @@ import os
 import subprocess
 import sys
 
-from baton import processes
-from baton.processes import ProcessIdentity
+from core import processes
+from core.processes import ProcessIdentity
 from lineage.store import LineageStore
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lineage.cli_ui import server_command
+from lineage.mlflow_server import server_command
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from baton.errors import BatonError
+from core.errors import BatonError
 from lineage.errors import InvalidValue, LineageConflict, UnknownRecord
 from lineage.store import CandidateSpec
 from lineage_four_stage import NoMlflow, build_four_stage

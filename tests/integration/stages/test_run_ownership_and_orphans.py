@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from baton import processes
+from core import processes
 from stages import lifeline
 from stages.run_lock import STAGE_LOCK, RunDirectoryBusy, stage_lock
 from tests.conftest import REPO, run_baton

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from baton.errors import ConfigError
+from core.errors import ConfigError
 from ckpt import commit, manifest, signing
 from ckpt.errors import BadSignature, CorruptCheckpoint, UnconfinedPath
 from ckpt.layout import step_dirname

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ckpt.selection import Candidate, select
+from handoff.selection import Candidate, select
 from lineage import CandidateSpec, LineageStore
 from tests.conftest import run_baton
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ckpt.reproduce import compare_runs, compare_traces
-from stages.diagnostics import pass_at_k
+from handoff.diagnostics import pass_at_k
 
 
 def test_identical_traces_reproduce_and_wall_clock_is_ignored():

@@ -1,4 +1,4 @@
-"""The lineage CLI modules parse their arguments and import nothing heavy up front."""
+"""The lineage commands (baton lineage / db / ui) parse their arguments and import nothing heavy up front."""
 from __future__ import annotations
 
 import argparse
@@ -7,14 +7,14 @@ import sys
 
 
 def test_importing_the_cli_modules_does_not_import_sqlalchemy_mlflow_or_rich():
-    code = ("import sys, lineage.cli, lineage.cli_db, lineage.cli_ui; "
+    code = ("import sys, baton.commands.lineage, baton.commands.db, baton.commands.ui; "
             "print(sorted(m for m in ('sqlalchemy', 'mlflow', 'rich', 'alembic') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_lineage_subcommands_take_an_id_a_path_and_json():
-    from lineage import cli
+    from baton.commands import lineage as cli
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
     assert parser.parse_args(["show"]).pipeline_id is None
@@ -23,7 +23,7 @@ def test_lineage_subcommands_take_an_id_a_path_and_json():
 
 
 def test_the_ui_server_binds_to_loopback_with_absolute_artifacts(tmp_path):
-    from lineage.cli_ui import server_command
+    from lineage.mlflow_server import server_command
     cmd = server_command("sqlite:////r/mlflow.db", str(tmp_path / "art"), 5055)
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
     assert cmd[cmd.index("--default-artifact-root") + 1] == (tmp_path / "art").as_uri()

@@ -1,7 +1,7 @@
 """Lineage errors are BatonErrors that carry their data and say how to fix the problem."""
 from __future__ import annotations
 
-from baton.errors import BatonError
+from core.errors import BatonError
 from lineage.errors import (ForeignDatabase, InvalidValue, LineageError, SchemaAheadOfCode,
                             StoreNotFound, StoreUnreachable, UnknownRecord)
 

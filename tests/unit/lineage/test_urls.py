@@ -25,7 +25,7 @@ def test_configured_urls_win_over_the_defaults(tmp_path):
 
 
 def test_the_composed_config_points_at_an_absolute_run_dir(tmp_path, monkeypatch):
-    from baton.config import compose
+    from core.config import compose
     monkeypatch.chdir(tmp_path)
     cfg = compose(["run.dir=rel/run"])
     assert store_url(cfg) == f"sqlite:///{tmp_path}/rel/run/lineage.db"

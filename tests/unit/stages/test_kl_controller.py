@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from stages.errors import KlStateMismatch
 from stages.kl_controller import AdaptiveKL, FixedKL, build_kl_controller
 
 
@@ -40,5 +41,5 @@ def test_state_round_trips_and_a_different_kind_is_refused():
     fresh = AdaptiveKL(0.5, target=0.5, horizon=1)
     fresh.load_state_dict(ctl.state_dict())
     assert fresh.state_dict() == ctl.state_dict()
-    with pytest.raises(ValueError, match="keep stage.kl_target as it was"):
+    with pytest.raises(KlStateMismatch, match="keep stage.kl_target as it was"):
         FixedKL(0.1).load_state_dict(ctl.state_dict())

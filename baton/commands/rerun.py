@@ -7,8 +7,8 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    from baton.config import compose
-    from flows.cli import embedded_prefect_env
+    from core.config import compose
+    from flows.prefect_env import embedded_prefect_env
 
     cfg = compose(args.overrides)
     from lineage.store import LineageStore

@@ -1,6 +1,7 @@
-"""CPT and SFT objectives: how a micro-batch is built and what its loss is.
+"""The objective base every stage builds on: how a micro-batch is built and what its loss is.
 
-Kept flat on purpose (torchtune recipes): each objective is a small class with
+Kept flat on purpose (torchtune recipes): each objective (stages.cpt, .sft, .rm, .rl,
+named in stages.registry) is a small class with
 `batch(split, indices)`, `loss(model, batch)` and `evaluate(model)`. The worker also
 calls four hooks whose defaults here suit a plain causal LM: `build_model(model_dir)`
 (which model class a stage trains), `setup(model_dir)` (frozen helper models),
@@ -11,12 +12,13 @@ from __future__ import annotations
 
 import torch
 
+from stages.model import load_model_and_tokenizer
 from stages.tasks import HELDOUT, ArithmeticTasks
 
 IGNORE = -100
 
 
-def _pad(rows: list[list[int]], value: int) -> torch.Tensor:
+def pad(rows: list[list[int]], value: int) -> torch.Tensor:
     width = max(len(r) for r in rows)
     return torch.tensor([r + [value] * (width - len(r)) for r in rows], dtype=torch.long)
 
@@ -38,7 +40,6 @@ class CausalLMObjective:
     @classmethod
     def build_model(cls, model_dir):
         """(model, tokenizer) from a model directory, as `model_class` says."""
-        from stages.model import load_model_and_tokenizer
         return load_model_and_tokenizer(model_dir, cls.model_class)
 
     def setup(self, model_dir) -> None:
@@ -66,9 +67,9 @@ class CausalLMObjective:
 
     def batch(self, split: str, indices: list[int]) -> dict:
         rows = self.examples(split, indices)
-        input_ids = _pad([ids for ids, _ in rows], self.tokenizer.pad_token_id)
-        labels = _pad([lab for _, lab in rows], IGNORE)
-        attention_mask = _pad([[1] * len(ids) for ids, _ in rows], 0)
+        input_ids = pad([ids for ids, _ in rows], self.tokenizer.pad_token_id)
+        labels = pad([lab for _, lab in rows], IGNORE)
+        attention_mask = pad([[1] * len(ids) for ids, _ in rows], 0)
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
     @staticmethod
@@ -87,59 +88,3 @@ class CausalLMObjective:
             batch = self.batch(HELDOUT, list(range(start, min(start + m, n))))
             losses.append(float(model(**batch).loss))
         return {"eval_loss": sum(losses) / len(losses)}
-
-
-class CptObjective(CausalLMObjective):
-    """Next-token loss on packed lines of solved problems."""
-
-    name = "cpt"
-
-    def examples(self, split, indices):
-        rows = []
-        for index in indices:
-            text = self.tasks.corpus_text(split, index, min_chars=self.cfg.seq_len)
-            ids = [self.tokenizer.bos_token_id] + self.tokenizer(text)["input_ids"]
-            ids = ids[: self.cfg.seq_len]
-            rows.append((ids, list(ids)))
-        return rows
-
-
-class SftObjective(CausalLMObjective):
-    """Loss on answer tokens only: the prompt is context, never a target."""
-
-    name = "sft"
-
-    def examples(self, split, indices):
-        rows = []
-        for index in indices:
-            prompt, answer = self.tasks.sft_example(split, index)
-            p_ids = [self.tokenizer.bos_token_id] + self.tokenizer(prompt)["input_ids"]
-            a_ids = self.tokenizer(answer)["input_ids"] + [self.tokenizer.eos_token_id]
-            ids = (p_ids + a_ids)[: self.cfg.seq_len]
-            labels = ([IGNORE] * len(p_ids) + a_ids)[: self.cfg.seq_len]
-            rows.append((ids, labels))
-        return rows
-
-    @torch.no_grad()
-    def evaluate(self, model) -> dict:
-        """Held-out loss plus greedy exact-match accuracy: the SFT score used to select
-        checkpoints (a handful of answer tokens per prompt keeps it cheap)."""
-        from stages.sampling import greedy_accuracy
-
-        result = super().evaluate(model)
-        result["eval_accuracy"] = greedy_accuracy(model, self.tokenizer, self.tasks, HELDOUT,
-                                                  self.cfg.eval_samples, self.cfg.max_new_tokens)
-        return result
-
-
-def __getattr__(name: str):
-    """`OBJECTIVES`, built on first use: rm and rl subclass the objectives above, so
-    importing them while this module loads would be circular."""
-    if name != "OBJECTIVES":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from stages.rl import RlObjective
-    from stages.rm import RmObjective
-
-    registry = {"cpt": CptObjective, "sft": SftObjective, "rm": RmObjective, "rl": RlObjective}
-    globals()["OBJECTIVES"] = registry
-    return registry

@@ -1,7 +1,7 @@
 """Typed schema of baton's configuration; values live in `conf/*.yaml`.
 
 Every field carries a docstring-style comment; checks that span fields live in
-`baton.config.validate` so that all errors are reported at once.
+`core.config.validate` so that all errors are reported at once.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Diagnostics of every candidate checkpoint at a handoff (single process, CPU is enough).
 
-Language-model checkpoints (CPT, SFT) get `stages.diagnostics.lm_diagnostics`; reward
+Language-model checkpoints (CPT, SFT) get `handoff.diagnostics.lm_diagnostics`; reward
 models get pairwise accuracy, held-out Bradley-Terry loss and the mean entropy of
 their preference probability.
 """
@@ -10,9 +10,9 @@ import logging
 
 import torch
 
-from ckpt.selection import Candidate
+from handoff.selection import Candidate
 from ckpt.weights import load_weights_into
-from stages.diagnostics import lm_diagnostics
+from handoff.diagnostics import lm_diagnostics
 from stages.model import load_model_and_tokenizer
 from stages.tasks import ArithmeticTasks
 
@@ -63,8 +63,8 @@ def new_parameters(to_stage: str, model_dir: str, checkpoint: str) -> list[str]:
     """Parameters the downstream stage's model has and the chosen checkpoint lacks (the
     RM's scalar head): they start freshly initialised, and the handoff records them."""
     from ckpt.weights import consolidated_state_dict
-    from stages.objectives import OBJECTIVES
+    from stages.registry import objective_class
 
-    model, _ = OBJECTIVES[to_stage].build_model(model_dir)
+    model, _ = objective_class(to_stage).build_model(model_dir)
     saved = consolidated_state_dict(checkpoint)
     return sorted(name for name, _ in model.named_parameters() if name not in saved)

@@ -10,23 +10,8 @@ def add_arguments(parser) -> None:
                         help="comma-separated subset, e.g. cpt,sft (default: pipeline.stages)")
 
 
-def embedded_prefect_env(run_dir: str) -> None:
-    """Without a Prefect server, give the ephemeral API its own home under the run home:
-    concurrent runs elsewhere on the machine never share (and lock) its SQLite file.
-    Must run before prefect is imported."""
-    import os
-    from pathlib import Path
-
-    if not os.environ.get("PREFECT_API_URL"):
-        home = Path(os.environ.setdefault("PREFECT_HOME", str(Path(run_dir) / ".prefect")))
-        home.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    # A fresh ephemeral database is migrated at start-up: slow on a busy 2-core machine.
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
-
-
 def main(args) -> int:
-    from baton.config import compose
+    from core.config import compose
 
     overrides = list(args.overrides)
     if args.stages is not None:  # `--stages ""` is a mistake to report, not "all stages"
@@ -42,6 +27,8 @@ def main(args) -> int:
 
 
 def _run(cfg, overrides: list[str]) -> int:
+    from flows.prefect_env import embedded_prefect_env
+
     embedded_prefect_env(cfg.run.dir)
     from flows.ephemeral_server import owned_ephemeral_server
     from flows.log_filters import hide_user_error_tracebacks

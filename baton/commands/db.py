@@ -11,34 +11,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def current(url: str) -> str:
-    from sqlalchemy.exc import DBAPIError
-
     from lineage import schema
-    from lineage.engine import make_engine
-    from lineage.errors import StoreNotFound, StoreUnreachable
-    from lineage.urls import safe_url, sqlite_path
-    path = sqlite_path(url)
-    if path is not None and not path.exists():
-        raise StoreNotFound(safe_url(url), str(path))
-    engine = make_engine(url)
-    try:
-        with engine.connect() as connection:
-            state = schema.check(connection, url)
-    except DBAPIError as exc:
-        raise StoreUnreachable(safe_url(url), str(exc.orig).strip().splitlines()[0]) from None
-    finally:
-        engine.dispose()
-    if state.current is None:
-        verdict = "empty: run `baton db upgrade`"
-    elif state.up_to_date:
-        verdict = "up to date"
-    else:
-        verdict = "behind: run `baton db upgrade`"
-    return f"{state.url}: revision {state.current or '(none)'}, code head {state.head} ({verdict})"
+    state = schema.status(url)
+    return f"{state.url}: revision {state.current or '(none)'}, code head {state.head} ({state.verdict})"
 
 
 def main(args: argparse.Namespace) -> int:
-    from baton.config import compose
+    from core.config import compose
     from lineage.urls import store_url
     url = store_url(compose(args.overrides))
     if args.action == "current":

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
 from pathlib import Path
 
 DEFAULT_PORT = 5000
@@ -21,16 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=port, default=DEFAULT_PORT, help="port on 127.0.0.1")
 
 
-def server_command(tracking_uri: str, artifact_root: str, port: int) -> list[str]:
-    """`mlflow server` bound to loopback only: the UI has no authentication."""
-    return [sys.executable, "-m", "mlflow", "server",
-            "--backend-store-uri", tracking_uri,
-            "--default-artifact-root", Path(artifact_root).resolve().as_uri(),
-            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-
-
 def main(args: argparse.Namespace) -> int:
-    from baton.config import compose
+    from core.config import compose
+    from lineage.mlflow_server import server_command
     from lineage.urls import artifact_root, mlflow_uri, safe_url
     cfg = compose(args.overrides)
     uri, root = mlflow_uri(cfg), artifact_root(cfg)

@@ -7,7 +7,7 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    from baton.config import compose, config_hash, resolved_yaml
+    from core.config import compose, config_hash, resolved_yaml
 
     cfg = compose(args.overrides)
     print(config_hash(cfg) if args.hash else resolved_yaml(cfg), end="\n" if args.hash else "")

@@ -15,9 +15,9 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from baton.config import secrets, validate
-from baton.config.schema import BatonConfig
-from baton.errors import ConfigError
+from core.config import secrets, validate
+from core.config.schema import BatonConfig
+from core.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 SCHEMA_NAME = "baton_schema"
@@ -96,3 +96,9 @@ def config_hash(cfg: BatonConfig) -> str:
     """sha256 of the canonical JSON of the resolved config (what a re-run must match)."""
     canonical = json.dumps(as_dict(cfg), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def quoted(key: str, value) -> str:
+    """An override whose value may hold ':' '/' '@' (paths, URLs)."""
+    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
+    return f"{key}='{text}'"

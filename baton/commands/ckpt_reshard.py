@@ -48,7 +48,7 @@ def print_result(result) -> None:
 
 def run_reshard(args) -> int:
     """BatonErrors (refusals, failed checks) propagate to the CLI, which reports them."""
-    from ckpt.reshard import reshard
+    from handoff.reshard import reshard
 
     result = reshard(args.src, args.dst, list(args.overrides))
     if args.json:

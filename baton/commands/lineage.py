@@ -28,7 +28,7 @@ def _console():
 
 
 def _print_json(data) -> None:
-    from baton.config.secrets import redact_values
+    from core.config.secrets import redact_values
     from lineage.records import to_jsonable
     # Configs are stored redacted; masking again covers stores written before that.
     print(json.dumps(redact_values(to_jsonable(data)), indent=2, sort_keys=False))
@@ -36,23 +36,15 @@ def _print_json(data) -> None:
 
 def show(store, args) -> int:
     from lineage import render
-    from lineage.errors import UnknownRecord
-    if args.pipeline_id is None:
-        pipeline = store.latest_pipeline_run()
-        if pipeline is None:
-            raise UnknownRecord("pipeline run", "latest", store.url,
-                                "the store is empty: run `baton run` first")
-    else:
-        pipeline = store.pipeline_run(args.pipeline_id)
-    runs = store.stage_runs(pipeline.id)
-    checkpoints = {run.id: store.checkpoints(run.id) for run in runs}
-    handoffs = store.handoffs(pipeline.id)
+    from lineage.browse import pipeline_view
+    view = pipeline_view(store, args.pipeline_id)
     if args.json:
-        _print_json({"pipeline_run": pipeline, "stage_runs": [
-            {**_record(run), "checkpoints": checkpoints[run.id]} for run in runs],
-            "handoffs": handoffs})
+        _print_json({"pipeline_run": view.pipeline, "stage_runs": [
+            {**_record(run), "checkpoints": view.checkpoints[run.id]} for run in view.runs],
+            "handoffs": view.handoffs})
         return 0
-    _console().print(render.pipeline_tree(pipeline, runs, checkpoints, handoffs))
+    _console().print(render.pipeline_tree(view.pipeline, view.runs, view.checkpoints,
+                                          view.handoffs))
     return 0
 
 
@@ -63,8 +55,8 @@ def _record(record) -> dict:
 
 def trace(store, args) -> int:
     from lineage import render
-    key = args.checkpoint
-    checkpoint = store.checkpoint(int(key)) if key.isdigit() else store.checkpoint_by_path(key)
+    from lineage.browse import find_checkpoint
+    checkpoint = find_checkpoint(store, args.checkpoint)
     chain = store.ancestry(checkpoint.id)
     if args.json:
         _print_json(chain)
@@ -87,7 +79,7 @@ def handoff(store, args) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from baton.config import compose
+    from core.config import compose
     from lineage.store import LineageStore
     from lineage.urls import store_url
     cfg = compose(args.overrides)

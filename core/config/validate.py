@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from baton.config.schema import BatonConfig
+from core.config.schema import BatonConfig
 
 STAGES = ("cpt", "sft", "rm", "rl")
+CRITERIA = ("latest", "best_score", "entropy_floor", "entropy_tolerance")
+"""Handoff selection criteria (implemented in `handoff.selection`)."""
 
 
 def problems(cfg: BatonConfig) -> list[str]:
@@ -60,7 +62,7 @@ def problems(cfg: BatonConfig) -> list[str]:
     found += _handoff_problems(cfg)
     found += _pipeline_stage_problems(cfg.pipeline.stages)
     found += _store_problems(cfg)
-    from ckpt.signing import key_problems  # the variable must hold a key (never printed)
+    from core.config.signing_key import key_problems  # must hold a key (never printed)
     found += key_problems(cfg.ckpt.signing_key_env)
     return found
 
@@ -74,8 +76,6 @@ def _pipeline_stage_problems(stages: list[str]) -> list[str]:
 
 
 def _handoff_problems(cfg: BatonConfig) -> list[str]:
-    from ckpt.selection import CRITERIA
-
     found = []
     for name, h in cfg.pipeline.handoffs.items():
         key = f"pipeline.handoffs.{name}"
@@ -140,7 +140,8 @@ def _checkpoint_dir_problems(key: str, value: str) -> list[str]:
 def _store_problems(cfg: BatonConfig) -> list[str]:
     if not cfg.store.url:
         return []
-    from lineage.urls import safe_url, url_problem
+    from core.config.secrets import redact_url
+    from core.config.store_url import url_problem
 
     problem = url_problem(cfg.store.url)
-    return [f"store.url={safe_url(cfg.store.url)!r}: {problem}"] if problem else []
+    return [f"store.url={str(redact_url(cfg.store.url))!r}: {problem}"] if problem else []

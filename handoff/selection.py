@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from baton.errors import BatonError
+from core.config.validate import CRITERIA
+from core.errors import BatonError
 
-CRITERIA = ("latest", "best_score", "entropy_floor", "entropy_tolerance")
 
 
 class NoEligibleCandidate(BatonError):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from baton.config.compose import as_dict, compose
-from baton.errors import ConfigError
+from core.config.compose import as_dict, compose
+from core.errors import ConfigError
 from ckpt import universal
 from ckpt.equivalence import _max_abs_diffs
 from ckpt.errors import ReshardNotEquivalent
-from ckpt.reshard import _first_traceback, _target_progress, target_config
+from handoff.reshard import _first_traceback, _target_progress, target_config
 
 
 def _universal_folder(root, exp_avg_sq_scale=1.0):

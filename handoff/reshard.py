@@ -17,18 +17,18 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from baton.config import validate
-from baton.config.compose import as_dict, config_hash, from_dict
-from baton.errors import ConfigError
+from core.config import validate
+from core.config.compose import as_dict, config_hash, from_dict
+from core.errors import ConfigError
 from ckpt import manifest as manifest_io
 from ckpt import universal
 from ckpt.compat import read_meta
 from ckpt.equivalence import check_equivalence
 from ckpt.errors import ReshardError, ReshardNotEquivalent, ReshardUnsupported
 from ckpt.layout import MANIFEST, committed_steps
+from ckpt.parallel_layout import Layout, Sharding
 from ckpt.reader import CheckpointReader
 
-LAYOUT_KEYS = ("world_size", "zero_stage")
 WORK_SUFFIX = ".reshard"
 
 
@@ -68,17 +68,17 @@ def target_config(src: Path, meta: dict, overrides: list[str]):
     return cfg
 
 
-def _refuse_early(src: Path, dst: Path, manifest, source: dict, target: dict) -> None:
+def _refuse_early(src: Path, dst: Path, manifest, source: Sharding, target: Sharding) -> None:
     if dst.exists():
         raise ReshardError(dst, "destination already exists; choose a new path (DST is written "
                            "whole or not at all)")
     if source == target:
-        raise ReshardError(src, f"already has world_size={source['world_size']} zero_stage="
-                           f"{source['zero_stage']}; nothing to reshard: resume it directly with "
+        raise ReshardError(src, f"already has world_size={source.world_size} zero_stage="
+                           f"{source.zero_stage}; nothing to reshard: resume it directly with "
                            f"resume={src}, or pass a parallel.world_size / parallel.zero_stage "
                            "that differs")
     if manifest.mid_accumulation:
-        raise ReshardUnsupported(src, source, target, (
+        raise ReshardUnsupported(src, source.to_dict(), target.to_dict(), (
             "it was saved mid-accumulation, and the accumulated gradients are per-rank partial sums "
             "of the source's micro-batch split. Reshard a checkpoint taken at an optimizer-step "
             "boundary (a step-N directory without -micro-)"))
@@ -98,17 +98,17 @@ def reshard(src: str | Path, dst: str | Path, cfg_overrides: list[str]) -> Resha
     if cfg.ckpt.signing_key_env:  # DST is signed with the key SRC's run (or the caller) names
         from ckpt import signing
         signing.configure(cfg.ckpt.signing_key_env)
-    source = {k: manifest.parallel[k] for k in LAYOUT_KEYS}
-    target = {"world_size": cfg.parallel.world_size, "zero_stage": cfg.parallel.zero_stage}
+    source, target = manifest.layout.sharding, Layout.from_config(cfg).sharding
     _refuse_early(src, dst, manifest, source, target)
-    transform = {"source": str(src), "source_parallel": source, "target_parallel": target,
-                 "converter": universal.converter_name(source["zero_stage"]),
+    transform = {"source": str(src), "source_parallel": source.to_dict(),
+                 "target_parallel": target.to_dict(),
+                 "converter": universal.converter_name(source.zero_stage),
                  "deepspeed_version": deepspeed.__version__,
                  "input_manifest_sha256": manifest_io.checksum_of(src / MANIFEST)}
     work = dst.with_name("." + dst.name + WORK_SUFFIX)
     shutil.rmtree(work, ignore_errors=True)  # left by an interrupted reshard to the same DST
     try:
-        folder = universal.to_universal(src, work / "universal" / src.name, source["zero_stage"],
+        folder = universal.to_universal(src, work / "universal" / src.name, source.zero_stage,
                                         io.StringIO())
         staged = _run_workers(src, cfg, meta, manifest, folder, work, transform)
         equivalence = check_equivalence(folder, staged, work, cfg)
@@ -118,7 +118,7 @@ def reshard(src: str | Path, dst: str | Path, cfg_overrides: list[str]) -> Resha
         staged.rename(dst)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return ReshardResult(str(src), str(dst), source, target, transform["converter"],
+    return ReshardResult(str(src), str(dst), source.to_dict(), target.to_dict(), transform["converter"],
                          transform["deepspeed_version"], transform["input_manifest_sha256"],
                          manifest_io.checksum_of(dst / MANIFEST), equivalence)
 
@@ -138,9 +138,7 @@ def _target_progress(progress: dict, cfg) -> dict:
     """Steps, tokens and samples are global; `micro_step` counts this rank's micro-batches,
     which the target's accumulation count rescales (DeepSpeed finds the optimizer-step
     boundary from it)."""
-    s = cfg.stage
-    accumulation = s.global_batch // (s.micro_batch * cfg.parallel.world_size)
-    return {**progress, "micro_step": progress["step"] * accumulation}
+    return {**progress, "micro_step": progress["step"] * Layout.from_config(cfg).accumulation}
 
 
 def _run_workers(src: Path, cfg, meta: dict, manifest, folder: Path, work: Path,
@@ -161,7 +159,7 @@ def _run_workers(src: Path, cfg, meta: dict, manifest, folder: Path, work: Path,
         "probe_indices": list(range(cfg.stage.micro_batch)),
         "probe_out": str(work / "probe.json")})
     # Under stages.lifeline: the target ranks die with this process, whatever kills it.
-    command = torchrun_command(cfg.parallel.world_size, "ckpt.reshard_worker", launch_file)
+    command = torchrun_command(cfg.parallel.world_size, "stages.reshard_worker", launch_file)
     proc = subprocess.run(command, env={**worker_env(), **binding}, capture_output=True, text=True)
     staged = committed_steps(staging)
     if proc.returncode != 0 or not staged:

@@ -1,10 +1,10 @@
 """Load a universal checkpoint under the target layout and save it as a baton checkpoint.
 
 One process per target rank: `python -m stages.lifeline --standalone --nproc-per-node=N
--m ckpt.reshard_worker LAUNCH.json` (torchrun tied to its launcher, ckpt.reshard).
+-m stages.reshard_worker LAUNCH.json` (torchrun tied to its launcher, handoff.reshard).
 Builds the stage's model and engine exactly as `stages.worker` does, with DeepSpeed's
 `load_universal` on, loads, runs the probe batch, and saves through `Checkpointer` into
-a staging root; ckpt.reshard decides whether it becomes DST.
+a staging root; handoff.reshard decides whether it becomes DST.
 """
 from __future__ import annotations
 
@@ -16,14 +16,15 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from baton.config.compose import from_dict
+from core.config.compose import from_dict
 from ckpt import safe_load, signing, universal
 from ckpt.checkpointer import Checkpointer, SavePayload
+from ckpt.parallel_layout import Layout
 from ckpt.state import RngState, derived_seed, seed_everything
-from stages import objectives
 from stages.engine_setup import deepspeed_config, init_distributed, warmup_decay
 from stages.lifeline import worker_start
 from stages.model import load_model_and_tokenizer, model_identity
+from stages.registry import objective_class
 from stages.run_files import RunFiles
 from stages.tasks import HELDOUT, ArithmeticTasks
 
@@ -105,10 +106,7 @@ def write_probe(launch: dict, objective, target: tuple[float, torch.Tensor]) -> 
 
 def save(engine, launch: dict, cfg, identity: dict, rank: int, world: int) -> Path:
     s = cfg.stage
-    parallel = {"world_size": world, "zero_stage": cfg.parallel.zero_stage,
-                "micro_batch": s.micro_batch, "global_batch": s.global_batch,
-                "gradient_accumulation_steps": s.global_batch // (s.micro_batch * world),
-                "backend": dist.get_backend()}
+    parallel = {**Layout.from_config(cfg, world).to_dict(), "backend": dist.get_backend()}
     files = RunFiles(Path(launch["staging"]), writer=False)
     # Per-rank RNG cannot be carried across world sizes; derive it as a fresh run would.
     seed_everything(derived_seed(cfg.seed, s.name, rank))
@@ -130,7 +128,7 @@ def main(launch_path: str) -> int:
     model, tokenizer = load_model_and_tokenizer(launch["model_dir"])
     identity = model_identity(model, tokenizer)
     tasks = ArithmeticTasks(cfg.seed, cfg.data.max_operand, cfg.data.heldout_fraction)
-    objective = objectives.OBJECTIVES[cfg.stage.name](cfg.stage, tokenizer, tasks)
+    objective = objective_class(cfg.stage.name)(cfg.stage, tokenizer, tasks)
     engine = build_engine(model, cfg.stage, cfg.parallel)
     load(engine, launch, rank, cfg.parallel.zero_stage)
     target = probe(engine.module, objective, launch["probe_indices"])  # collective under ZeRO-3

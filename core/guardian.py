@@ -9,7 +9,7 @@ wants covered; when the pipe reaches end-of-file, which happens however the owne
 (SIGKILL included), the guardian stops the listed processes that are still the same
 processes (SIGTERM, then SIGKILL after a grace period) and exits.
 
-    python -m baton.guardian        # started by Guardian.start(); reads pids from stdin
+    python -m core.guardian        # started by Guardian.start(); reads pids from stdin
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from baton import processes
+from core import processes
 
 GRACE_S = 2.0
 
@@ -36,7 +36,7 @@ class Guardian:
         if self._process is None:
             # Its own session: a signal to the owner's process group must not stop it
             # before it has done its job.
-            self._process = subprocess.Popen([sys.executable, "-m", "baton.guardian"],
+            self._process = subprocess.Popen([sys.executable, "-m", "core.guardian"],
                                              stdin=subprocess.PIPE, start_new_session=True)
         return self
 

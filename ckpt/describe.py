@@ -1,0 +1,25 @@
+"""What `baton ckpt inspect` reports about a checkpoint, without reading its tensors.
+
+Sizes come from the manifest (checked for shape, not checksums) and lineage from the
+checkpoint's meta, so inspecting a large checkpoint stays instant.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ckpt import manifest as manifest_io
+from ckpt.compat import read_meta
+
+
+def describe(directory: Path) -> tuple:
+    """(manifest, info): info is the JSON-ready summary, components with their sizes."""
+    manifest = manifest_io.verify(directory, checksums=False)
+    meta = read_meta(directory, manifest)
+    info = {"path": str(directory), "stage": manifest.stage, "step": manifest.step,
+            "mid_accumulation": manifest.mid_accumulation, "parallel": manifest.parallel,
+            "components": {name: {"files": files,
+                                  "bytes": sum(manifest.files[f]["size"] for f in files)}
+                           for name, files in sorted(manifest.components.items())},
+            "total_bytes": manifest.total_bytes(), "parent": meta.get("parent"),
+            "config_hash": meta.get("config_hash"), "versions": meta.get("versions")}
+    return manifest, info

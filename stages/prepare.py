@@ -1,0 +1,39 @@
+"""Checks a stage passes before any of its workers start (`baton stage NAME`).
+
+Every refusal here (bad inputs, a held stage directory, a checkpoint that cannot be
+resumed) costs seconds; the same refusal inside eight DeepSpeed workers costs minutes
+and leaves half-written state behind.
+"""
+from __future__ import annotations
+
+import contextlib
+
+
+def prepare_stage(cfg, name: str, locks: contextlib.ExitStack | None = None):
+    """Check the composed config's inputs and resume target; return the model directory.
+    With `locks`, the stage directory's lock is taken into it before anything is written:
+    a directory another run holds is refused at once."""
+    from ckpt import signing
+    from ckpt.compat import check_resumable
+    from ckpt.layout import checkpoints_dir, resolve_resume, stage_dir
+    from ckpt.parallel_layout import Layout
+    from stages.model import ensure_model_dir, model_identity_from_dir
+    from stages.preflight import check_stage_inputs
+    from stages.registry import objective_class
+    from stages.run_lock import stage_lock
+
+    signing.configure(cfg.ckpt.signing_key_env)  # checkpoints read below must be signed too
+    check_stage_inputs(cfg)  # a bad model.path or init_from is refused before any worker
+    if locks is not None:  # before the first write (the built-in model, launch.json)
+        locks.enter_context(stage_lock(stage_dir(cfg.run.dir, name)))
+    model_dir = ensure_model_dir(cfg)
+    s = cfg.stage
+    if s.init_from and (s.init_optimizer or s.init_scheduler or s.init_rng):
+        from ckpt.carry import check_carry_layout
+        check_carry_layout(s.init_from, cfg.parallel.world_size, cfg.parallel.zero_stage)
+    target = resolve_resume(cfg.resume, checkpoints_dir(cfg.run.dir, name))
+    if target is not None:
+        parallel = Layout.from_config(cfg).sharding.to_dict()
+        identity = model_identity_from_dir(model_dir, objective_class(name).model_class)
+        check_resumable(target, name, parallel, identity)
+    return model_dir
