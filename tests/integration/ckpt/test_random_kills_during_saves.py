@@ -84,7 +84,7 @@ def _one_round(tmp_path: Path, number: int, common: list[str], rng: random.Rando
     return log.read_text()
 
 
-def test_twenty_random_sigkills_during_saves_leave_latest_verifiable_and_resumable(tmp_path):
+def test_twenty_random_sigkills_during_saves_leave_latest_verifiable_and_resumable(tmp_path, capsys):
     common = [f"run.dir={tmp_path}", f"stage.max_steps={MAX_STEPS}", "stage.save_every=1",
               "stage.keep_last=2", "stage.eval_every=1000", "stage.global_batch=4",
               "stage.micro_batch=4", "parallel=single", "resume=latest"]
@@ -106,9 +106,10 @@ def test_twenty_random_sigkills_during_saves_leave_latest_verifiable_and_resumab
         latest = _latest_verifies(root)
         period = _step_period(tmp_path / "cpt" / "metrics.jsonl", period)
     in_save = in_write + in_retention
-    print(f"\n{KILLS} SIGKILLs: {in_save} landed during a save ({in_write} while writing: a "
-          f"step-N.tmp was left; {in_retention} in retention: a step-N.deleting was left); "
-          f"latest {latest.name}")
+    with capsys.disabled():  # the count belongs in the test log, pass or fail
+        print(f"\n{KILLS} SIGKILLs: {in_save} landed during a save ({in_write} while writing: a "
+              f"step-N.tmp was left; {in_retention} in retention: a step-N.deleting was left); "
+              f"latest {latest.name}")
     assert in_save >= 3, "too few kills landed during a save for this test to mean anything"
 
     finished = run_baton("stage", "cpt", *common, check=True)
