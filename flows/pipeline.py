@@ -9,7 +9,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
-from flows.handoff import run_handoff
+from flows.handoff_task import run_handoff
 from flows.stage_task import run_stage
 
 

@@ -1,4 +1,4 @@
-"""The decisions of a handoff, apart from its wiring (flows.handoff): which candidate is
+"""The decisions of a handoff, apart from its wiring (flows.handoff_task): which candidate is
 chosen, which model the next stage loads it as, whether the chosen checkpoint is used
 as is or resharded to the next stage's layout, and where a resharded copy goes.
 """

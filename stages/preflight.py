@@ -17,7 +17,7 @@ from core.errors import ConfigError
 SAFE_WEIGHTS, SAFE_INDEX = "model.safetensors", "model.safetensors.index.json"
 BIN_WEIGHTS, BIN_INDEX = "pytorch_model.bin", "pytorch_model.bin.index.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-# Checkpoints that hold a causal-LM policy. Every policy handoff (flows/handoff.py:
+# Checkpoints that hold a causal-LM policy. Every policy handoff (flows/handoff_task.py:
 # cpt->sft, sft->rm, sft->rl) starts from one; a reward model is only ever loaded frozen,
 # through stage.reward_model_from.
 POLICY_STAGES = ("cpt", "sft")

@@ -159,3 +159,10 @@ def test_no_import_cycle_between_any_modules(monkeypatch):
     graph = grimp.build_graph(*present, cache_dir=None)
     cycles = _cycles(graph)
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_no_flow_module_shadows_a_top_level_package():
+    # Prefect loads a deployment's entrypoint (flows/pipeline.py) by file path and puts
+    # flows/ on sys.path: a flows/handoff.py would then be imported as `handoff`.
+    flow_modules = {p.stem for p in (ROOT / "flows").glob("*.py")}
+    assert not flow_modules & set(PACKAGES), sorted(flow_modules & set(PACKAGES))
