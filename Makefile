@@ -13,7 +13,8 @@ install: $(STAMP)
 # torch is installed first and pinned to the CPU build that lies on this disk: a bare
 # `torch` requirement would pull a multi-GB CUDA build. The package's own requirement
 # stays a range so GPU machines can use their own build.
-$(STAMP): pyproject.toml
+# setup.py builds csrc/ (the native checkpoint writer) into ckpt/ during the editable install.
+$(STAMP): pyproject.toml setup.py csrc/native_writer.cpp
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "torch==2.13.0"

@@ -1,29 +1,32 @@
 """Save and load a complete checkpoint from inside the worker processes.
 
-DeepSpeed writes model, optimizer and scheduler through `BatonCheckpointEngine`;
-this module adds the rest of the state (per-rank RNG, data position, progress,
-gradient-accumulation record, meta) and runs the commit protocol on rank 0 once
-every rank reported its files.
+DeepSpeed hands model, optimizer and scheduler to `BatonCheckpointEngine`, which
+captures them; this module adds the rest of the state (per-rank RNG, data position,
+progress, gradient-accumulation record, meta) and runs the save as a `SaveJob`: on the
+training thread (`ckpt.mode=sync`) or on the background saver (`async`, the default),
+where writing, hashing, fsync and the commit overlap with the next steps.
 """
 from __future__ import annotations
 
-import errno
 import logging
-import os
-import shutil
-import signal
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch.distributed as dist
 
 from ckpt import commit as commit_io
+from ckpt import content_hash
 from ckpt import manifest as manifest_io
+from ckpt.background_saver import BackgroundSaver
 from ckpt.cleanup import remove_leftovers
 from ckpt.engine import BatonCheckpointEngine
-from ckpt.errors import CheckpointWriteFailed
-from ckpt.layout import MANIFEST, read_latest, step_dirname
+from ckpt.file_image import ALIGNMENT, DIRECT_ALIGNMENT
+from ckpt.layout import MANIFEST, step_dirname
 from ckpt.parallel_layout import Layout
+from ckpt.save_job import Faults, SaveJob, SaveRunner
+from ckpt.staging import StagingPool
+from ckpt.writers import get_writer
 
 log = logging.getLogger(__name__)
 
@@ -79,39 +82,88 @@ class SavePayload:
     """The objective's state_dict() (None: the objective keeps none), written by rank 0."""
 
 
+@dataclass
+class SaveOptions:
+    """`ckpt.*` of the config: how saves run (docs/async_checkpoints.md)."""
+
+    mode: str = "async"
+    """async: the step waits only for the staging copy; sync: for the whole save."""
+    writer: str = "auto"
+    """native (csrc/, when built) | python | auto (native when built)."""
+    max_in_flight: int = 1
+    """Saves being written at once; one more waits for a free staging slot (counted as stall)."""
+    hash_threads: int = content_hash.DEFAULT_THREADS
+    chunk_bytes: int = content_hash.CHUNK_BYTES
+    direct: bool = False
+    """O_DIRECT for aligned writes (native writer), bypassing the page cache."""
+
+    @classmethod
+    def from_config(cls, ckpt) -> "SaveOptions":
+        return cls(**{name: getattr(ckpt, name) for name in cls.__dataclass_fields__
+                      if getattr(ckpt, name, None) is not None})
+
+
 class Checkpointer:
     def __init__(self, engine, root: Path, stage: str, parallel: dict, keep_last: int,
-                 crash_in_save_at_step: int = -1, fail_write_at_step: int = -1):
+                 crash_in_save_at_step: int = -1, fail_write_at_step: int = -1,
+                 options: SaveOptions | None = None):
         self.engine, self.root, self.stage = engine, Path(root), stage
         self.parallel, self.keep_last = parallel, keep_last  # the manifest's `parallel`
         self.layout = Layout.from_dict(parallel)
-        self.crash_at, self.fail_write_at = crash_in_save_at_step, fail_write_at_step
-        self.io = BatonCheckpointEngine()
+        self.options = options or SaveOptions()
+        self.asynchronous = self.options.mode == "async"
+        self.pool = StagingPool(self.options.max_in_flight) if self.asynchronous else None
+        self.io = BatonCheckpointEngine(
+            self.pool, DIRECT_ALIGNMENT if self.options.direct else ALIGNMENT)
         engine.checkpoint_engine = self.io
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        # Its own group: the background thread's handshake never meets a training collective.
+        group = dist.new_group(backend="gloo")
+        self.writer = get_writer(self.options.writer)
+        self.hashing = content_hash.scheme(self.options.chunk_bytes)
+        self.runner = SaveRunner(self.writer, self.root, keep_last, group, self.rank, self.world,
+                                 Faults(crash_in_save_at_step, fail_write_at_step), self.hashing,
+                                 self.options.hash_threads, self.options.direct)
+        self.stats: list[dict] = []
+        self._reported = 0
+        self.background = (BackgroundSaver(self.runner, self.pool.release, self._record)
+                           if self.asynchronous else None)
 
     def save(self, step: int, payload: SavePayload) -> Path:
-        """Collective: every rank calls it. Returns the committed directory."""
+        """Collective: every rank calls it. Returns the checkpoint's final directory: already
+        committed (sync), or committed in the background (async; `drain` waits for it)."""
+        started = time.perf_counter()
+        self.raise_if_failed()
+        slot, slot_wait = None, 0.0
+        if self.asynchronous:
+            slot = self.pool.acquire()  # waits while max_in_flight saves are still writing
+            slot_wait = time.perf_counter() - started
         name = step_dirname(step, payload.progress["micro_in_window"])
         tmp = commit_io.tmp_dir(self.root, name)
+        try:
+            job = self._capture(step, name, tmp, payload, slot)
+        except BaseException:
+            if slot is not None:
+                self.pool.release(slot)
+            raise
+        job.started, job.slot_wait_s = started, slot_wait
+        job.stall_s = time.perf_counter() - started
+        if self.background is not None:
+            self.background.submit(job)
+            return tmp.with_name(name)
+        final = self.runner.run(job)
+        self._record(job, final, time.perf_counter() - started)
+        return final
+
+    def _capture(self, step: int, name: str, tmp: Path, payload: SavePayload, slot) -> SaveJob:
         if self.rank == 0:
             self.root.mkdir(parents=True, exist_ok=True)
             commit_io.clear_stale_tmp(self.root, name)
-            # Rank 0's launcher holds the stage lock: every other .tmp is a dead save's.
-            for leftover in remove_leftovers(self.root):
+            # Rank 0's launcher holds the stage lock: every .tmp not in flight is a dead save's.
+            for leftover in remove_leftovers(self.root, keep=self._in_flight_names()):
                 log.warning("removed %s: %s", leftover.path, leftover.why)
         dist.barrier()
-        try:
-            final = self._write_and_commit(step, name, tmp, payload)
-        except OSError as exc:  # disk full, quota, I/O error: say so, keep `latest` as it was
-            raise self._write_failed(step, tmp, exc) from None
-        dist.barrier()
-        return final
-
-    def _write_and_commit(self, step: int, name: str, tmp: Path, payload: SavePayload) -> Path:
-        self.io.begin_save(tmp)
-        if step == self.fail_write_at and self.rank == 0:
-            self.io.fail_next_write = errno.ENOSPC
+        self.io.begin_save(tmp, slot)
         self.engine.save_checkpoint(str(self.root), tag=tmp.name, save_latest=False)
         self.io.save_json(tmp / rng_file(self.rank), payload.rng)
         if payload.grad_buffers is not None:
@@ -124,38 +176,48 @@ class Checkpointer:
                 self.io.save_json(tmp / GRAD_RECORD, payload.grad_record)
             if payload.objective is not None:
                 self.io.save_json(tmp / OBJECTIVE, payload.objective)
-        if step == self.crash_at and self.rank == 0:
-            log.error("debug.crash_in_save_at_step=%d: SIGKILL before the manifest", step)
-            os.kill(os.getpid(), signal.SIGKILL)
-        gathered = [None] * self.world
-        dist.all_gather_object(gathered, self.io.written)
-        final = tmp.with_name(name)
-        if self.rank == 0:
-            files = {rel: entry for written in gathered for rel, entry in written.items()}
-            final = commit_io.commit(tmp, self._manifest(tmp, step, files, payload))
-            removed = commit_io.apply_retention(self.root, self.keep_last)
-            if removed:
-                log.info("retention removed %s", ", ".join(p.name for p in removed))
-        return final
+        if slot is not None:
+            self.pool.forget_unused(slot, {f.rel for f in self.io.captured})
+        build = lambda entries: self._manifest(tmp, step, entries, payload)  # noqa: E731
+        return SaveJob(step=step, tmp=tmp, files=list(self.io.captured), build_manifest=build,
+                       slot=slot)
 
-    def _write_failed(self, step: int, tmp: Path, exc: OSError) -> CheckpointWriteFailed:
-        """`latest` was never moved, so it stays sound. The partial `.tmp` only takes space
-        on a full disk: remove it now (best effort; whatever another rank still writes into it
-        is cleared by the next save of this step)."""
-        shutil.rmtree(tmp, ignore_errors=True)
-        latest = read_latest(self.root)
-        file = None
-        if exc.filename:
-            name = Path(str(exc.filename))
-            file = name.relative_to(tmp).as_posix() if name.is_relative_to(tmp) else str(name)
-        return CheckpointWriteFailed(tmp, step, exc, latest.name if latest else None, file)
+    def _in_flight_names(self) -> set[str]:
+        return self.background.in_flight() if self.background is not None else set()
+
+    def _record(self, job: SaveJob, final: Path, durable_s: float) -> None:
+        self.stats.append({"step": job.step, "path": str(final), "stall_s": job.stall_s,
+                           "slot_wait_s": job.slot_wait_s, "durable_s": durable_s,
+                           "bytes": job.bytes})
+
+    def take_committed(self) -> list[dict]:
+        """Stats of the saves committed since the last call (for progress lines)."""
+        done = self.stats[self._reported:]
+        self._reported += len(done)
+        return done
+
+    def raise_if_failed(self) -> None:
+        """A background save that failed raises here, at the next step boundary."""
+        if self.background is not None:
+            self.background.raise_if_failed()
+
+    def drain(self) -> None:
+        """Wait until every save in flight is committed; raise the first failure. The end of
+        a stage, a preemption and a handoff call it before anything reads `latest`."""
+        if self.background is not None:
+            self.background.drain()
+
+    def close(self) -> None:
+        if self.background is not None:
+            self.background.close()
+            self.background = None
 
     def _manifest(self, tmp: Path, step: int, files: dict, payload: SavePayload):
         # Files DeepSpeed copies without its engine (its zero_to_fp32.py helper) are hashed here.
         for path in tmp.rglob("*"):
             rel = path.relative_to(tmp).as_posix()
             if path.is_file() and rel not in files and rel != MANIFEST:
-                files[rel] = {"size": path.stat().st_size, "sha256": manifest_io.sha256_file(path)}
+                files[rel] = content_hash.hash_file(path, self.hashing)
         components: dict[str, list[str]] = {}
         for rel in sorted(files):
             for name in classify(rel, self.layout.zero_stage):
@@ -163,7 +225,7 @@ class Checkpointer:
         return manifest_io.Manifest(
             stage=self.stage, step=step, components=components, files=files,
             parallel=self.parallel, mid_accumulation=payload.grad_record is not None,
-            extra={"parent": payload.meta.get("parent"), **payload.extra})
+            hashing=self.hashing, extra={"parent": payload.meta.get("parent"), **payload.extra})
 
 
 def load_complete(checkpointer: Checkpointer, path: Path, stage: str, parallel: dict,
@@ -171,7 +233,9 @@ def load_complete(checkpointer: Checkpointer, path: Path, stage: str, parallel: 
     """Verify, check compatibility, then load DeepSpeed state and baton's state (all ranks)."""
     from ckpt.compat import check_resumable
 
-    manifest = check_resumable(path, stage, parallel, identity)
+    # Structure, signature and compatibility now; every byte is checked as it is read
+    # below (each file read once, hashed while read, parsed from the same buffer).
+    manifest = check_resumable(path, stage, parallel, identity, checksums=False)
     io = checkpointer.io
     io.begin_load(path, manifest)
     checkpointer.engine.load_checkpoint(str(path.parent), tag=path.name,

@@ -55,9 +55,10 @@ def _why_leftover(path: Path) -> str | None:
     return None
 
 
-def remove_leftovers(root: Path) -> list[Leftover]:
-    """Remove every leftover under `root`; the caller must own the directory (see above)."""
-    removed = find_leftovers(root)
+def remove_leftovers(root: Path, keep: set[str] = frozenset()) -> list[Leftover]:
+    """Remove every leftover under `root`; the caller must own the directory (see above).
+    `keep`: names of this owner's own saves still in flight (asynchronous saving)."""
+    removed = [left for left in find_leftovers(root) if left.path.name not in keep]
     for leftover in removed:
         if leftover.path.is_dir():
             shutil.rmtree(leftover.path, ignore_errors=True)

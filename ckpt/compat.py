@@ -23,10 +23,13 @@ def differing_keys(saved: dict, current: dict) -> list[str]:
             for k in keys if saved.get(k) != current.get(k)]
 
 
-def check_resumable(directory: str | Path, stage: str, parallel: dict, identity: dict) -> Manifest:
-    """Verify the checkpoint fully, then refuse a different stage, model or layout."""
+def check_resumable(directory: str | Path, stage: str, parallel: dict, identity: dict,
+                    checksums: bool = True) -> Manifest:
+    """Verify the checkpoint, then refuse a different stage, model or layout. `checksums`
+    False: structure only, for a loader that checks every byte as it reads it (the
+    single-pass load of `ckpt.checkpointer.load_complete`)."""
     directory = Path(directory)
-    manifest = manifest_io.verify(directory)
+    manifest = manifest_io.verify(directory, checksums=checksums)
     if manifest.adopted is not None:
         from ckpt.adopt import state_refusal
         raise state_refusal(directory, manifest, "resumed")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from ckpt import content_hash
 from ckpt import manifest as manifest_io
 from ckpt.checkpointer import META, classify
 from ckpt.errors import CheckpointError, UnreadablePayload
@@ -107,7 +108,7 @@ def diff_checkpoints(a: str | Path, b: str | Path, atol: float = 0.0) -> DiffRep
         if rel.endswith(".py"):
             continue  # DeepSpeed's copied helper scripts, not state
         diff = FileDiff(rel, classify(rel, zero))
-        if ma.files[rel]["sha256"] == mb.files[rel]["sha256"]:
+        if content_hash.identity(ma.files[rel]) == content_hash.identity(mb.files[rel]):
             diff.compared = 1
         else:
             _compare(_read(ra, rel), _read(rb, rel), diff, atol)

@@ -1,108 +1,68 @@
 """baton's DeepSpeed `CheckpointEngine`: every byte DeepSpeed writes or reads goes through it.
 
-Saving hashes each file while it is written (one pass) and fsyncs it, so the manifest
-needs no second read. Loading reads a file once, checks its sha256 against the
-manifest, and only then unpickles those same bytes with `weights_only=True` and the
-allow-list of `ckpt.safe_load`: a damaged, swapped or hostile file is never run. Asynchronous or tiered
-saving can replace `_write_bytes` without the stages knowing.
+Saving only captures: each file DeepSpeed hands over becomes a `FileImage` (structure
+pickled, storages found) whose storage bytes are either copied into the staging pool
+(`ckpt.mode=async`: training continues once the copy is done) or read in place (`sync`).
+`ckpt.save_job` then writes, hashes and fsyncs them and commits. Loading reads a file
+once, hashing it while it is read, checks it against the manifest, and only then
+unpickles those same bytes with `weights_only=True` and the allow-list of
+`ckpt.safe_load`: a damaged, swapped or hostile file is never run.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from pathlib import Path
 
-import torch
 from deepspeed.runtime.checkpoint_engine.checkpoint_engine import CheckpointCommitInfo, CheckpointEngine
 
 from ckpt.errors import CorruptCheckpoint, NotACheckpoint
+from ckpt.file_image import ALIGNMENT, FileImage, as_bytes, crc32_off, image_of
 from ckpt.manifest import Manifest
 from ckpt.reader import CheckpointReader
 from ckpt.safe_load import allow_deepspeed_globals, load_verified_bytes
+from ckpt.save_job import CapturedFile
+from ckpt.staging import Slot, StagingPool
 
 ENGINE_NAME = "BatonCheckpointEngine"
 
 
-class _HashingWriter:
-    """File wrapper that feeds every written byte to sha256."""
-
-    def __init__(self, handle):
-        self._handle, self.digest, self.size = handle, hashlib.sha256(), 0
-        self.error: OSError | None = None
-
-    def write(self, data) -> int:
-        view = memoryview(data)
-        self.digest.update(view)
-        self.size += view.nbytes
-        try:
-            return self._handle.write(view)
-        except OSError as exc:
-            # torch.save's zip writer turns this into a RuntimeError that no longer says
-            # "No space left on device"; keep it so `_write` can raise the real cause.
-            self.error = exc
-            raise
-
-    def flush(self) -> None:
-        self._handle.flush()
-
-
-# The allow-list lives in ckpt.safe_load; this name stays for code that imported it here.
-_allow_deepspeed_globals = allow_deepspeed_globals
-
-
 class BatonCheckpointEngine(CheckpointEngine):
-    def __init__(self, config_params=None):
-        super().__init__(config_params)
+    def __init__(self, pool: StagingPool | None = None, alignment: int = ALIGNMENT):
+        super().__init__(None)
+        self.alignment = alignment
+        """Of storages inside each file: 4096 lets O_DIRECT write them (ckpt.direct)."""
         self.name = ENGINE_NAME
         self.directory: Path | None = None
-        self.written: dict[str, dict] = {}
+        self.captured: list[CapturedFile] = []
+        self.pool, self.slot = pool, None
         self._expected: Manifest | None = None
-        self.fail_next_write: int | None = None
-        """Fault injection (debug.fail_write_at_step): the next write raises OSError(errno)."""
-        _allow_deepspeed_globals()
+        crc32_off()
+        allow_deepspeed_globals()
 
-    # -- saving -----------------------------------------------------------------------
-    def begin_save(self, directory: Path) -> None:
-        self.directory, self.written = Path(directory), {}
+    # -- saving: capture only; ckpt.save_job writes ---------------------------------------
+    def begin_save(self, directory: Path, slot: Slot | None = None) -> None:
+        """`slot`: copy storages into these staging buffers (async); None: the job reads
+        the live storages while training waits (sync)."""
+        self.directory, self.captured, self.slot = Path(directory), [], slot
 
     def create(self, info: CheckpointCommitInfo):
         pass  # the commit protocol (ckpt.commit) owns directory creation and naming
 
     def save(self, state_dict, path: str):
-        buffer_writer = lambda handle: torch.save(state_dict, handle)  # noqa: E731
-        self._write(Path(path), buffer_writer)
+        rel = Path(path).relative_to(self.directory).as_posix()
+        image = image_of(state_dict, self.alignment)
+        if self.slot is None:
+            buffers = [as_bytes(s) for s in image.storages]
+        else:
+            buffers = self.pool.stage(self.slot, rel, image.storages)
+        self.captured.append(CapturedFile(rel, image, buffers))
 
     def save_json(self, path: Path, payload) -> None:
-        text = json.dumps(payload, indent=1, sort_keys=True).encode()
-        self._write(path, lambda handle: handle.write(text))
+        self.save_bytes(path, json.dumps(payload, indent=1, sort_keys=True).encode())
 
     def save_bytes(self, path: Path, data: bytes) -> None:
-        self._write(path, lambda handle: handle.write(data))
-
-    def _write(self, path: Path, writer) -> None:
-        """Write, hash and fsync one file. A refused write raises the OSError itself
-        (ENOSPC, EIO, ...), whichever layer it passed through."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if self.fail_next_write is not None:
-            code, self.fail_next_write = self.fail_next_write, None
-            raise OSError(code, os.strerror(code), str(path))
-        try:
-            with open(path, "wb") as raw:
-                hashing = _HashingWriter(raw)
-                try:
-                    writer(hashing)
-                except RuntimeError:
-                    if hashing.error is None:
-                        raise
-                    raise hashing.error from None
-                raw.flush()
-                os.fsync(raw.fileno())
-        except OSError as exc:
-            exc.filename = exc.filename or str(path)  # name the file the disk refused
-            raise
-        rel = path.relative_to(self.directory).as_posix()
-        self.written[rel] = {"size": hashing.size, "sha256": hashing.digest.hexdigest()}
+        rel = Path(path).relative_to(self.directory).as_posix()
+        self.captured.append(CapturedFile(rel, FileImage.of_bytes(data)))
 
     def commit(self, info: CheckpointCommitInfo):
         return True  # ckpt.commit writes the manifest once every rank has finished

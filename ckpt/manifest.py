@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ckpt import content_hash
 from ckpt.errors import CorruptCheckpoint, NotACheckpoint, UnconfinedPath
 from ckpt.layout import MANIFEST, TMP_SUFFIX
 
@@ -43,7 +44,8 @@ class Manifest:
     components: dict[str, list[str]]
     """component name -> files (relative paths) that hold it; a file may hold several."""
     files: dict[str, dict] = field(default_factory=dict)
-    """relative path -> {"size": bytes, "sha256": hex}"""
+    """relative path -> {"size": bytes, "chunks": [sha256 hex per chunk]} under `hashing`,
+    or {"size", "sha256": hex of the whole file} (older and adopted checkpoints)."""
     parallel: dict = field(default_factory=dict)
     mid_accumulation: bool = False
     format: str = FORMAT
@@ -51,6 +53,8 @@ class Manifest:
     """Stage-specific facts (RL: reference identity, KL controller, ...)."""
     signature: dict | None = None
     """{"alg": "hmac-sha256", "value": hex} when written with ckpt.signing_key_env (ckpt.signing)."""
+    hashing: dict | None = None
+    """{"alg": "sha256", "chunk_bytes": N}: how `files[*].chunks` were computed (ckpt.content_hash)."""
 
     def required_components(self) -> tuple[str, ...]:
         if self.adopted is not None:
@@ -123,7 +127,8 @@ def read(directory: str | Path) -> Manifest:
     signing.check(directory, data)  # before any other byte of the checkpoint is read
     if not _well_formed(manifest):
         raise CorruptCheckpoint(directory, [f"{MANIFEST} is unreadable: 'files' must map each "
-                                            "path to {size, sha256} and 'components' each name "
+                                            "path to {size, chunks} (or {size, sha256}) and "
+                                            "'components' each name "
                                             "to a list of paths"])
     escaping = confine.problems(directory, manifest.files, manifest.components)
     if escaping:
@@ -133,8 +138,7 @@ def read(directory: str | Path) -> Manifest:
 
 def _well_formed(manifest: Manifest) -> bool:
     entries_ok = isinstance(manifest.files, dict) and all(
-        isinstance(e, dict) and isinstance(e.get("size"), int) and isinstance(e.get("sha256"), str)
-        for e in manifest.files.values())
+        content_hash.well_formed(e, manifest.hashing) for e in manifest.files.values())
     return entries_ok and isinstance(manifest.components, dict) and all(
         isinstance(names, list) for names in manifest.components.values())
 
@@ -159,16 +163,22 @@ def structure_problems(directory: Path, manifest: Manifest) -> list[str]:
     return problems
 
 
-def checksum_problems(directory: Path, manifest: Manifest) -> list[str]:
-    problems = []
-    for rel, entry in sorted(manifest.files.items()):
+def checksum_problems(directory: Path, manifest: Manifest, threads: int = 2) -> list[str]:
+    """Read and hash every file (files in parallel, chunks hashed while read)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def problem(item) -> str | None:
+        rel, entry = item
         path = directory / rel
-        if path.is_file() and path.stat().st_size == entry["size"]:
-            actual = sha256_file(path)
-            if actual != entry["sha256"]:
-                problems.append(f"checksum mismatch in {rel}: sha256 {actual[:16]}… on disk, "
-                                f"{entry['sha256'][:16]}… in the manifest (corrupted)")
-    return problems
+        if not (path.is_file() and path.stat().st_size == entry["size"]):
+            return None  # structure_problems names it
+        _, wrong = content_hash.read_checked(path, entry, manifest.hashing, chunk_pool)
+        return f"checksum mismatch in {rel}: {wrong} (corrupted)" if wrong else None
+
+    with ThreadPoolExecutor(threads, thread_name_prefix="baton-verify") as chunk_pool, \
+            ThreadPoolExecutor(threads, thread_name_prefix="baton-verify-files") as file_pool:
+        found = list(file_pool.map(problem, sorted(manifest.files.items())))
+    return [p for p in found if p]
 
 
 def verify(directory: str | Path, checksums: bool = True) -> Manifest:

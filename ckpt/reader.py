@@ -8,18 +8,27 @@ themselves, so they get a private copy written from checked bytes (`private_copy
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ckpt import content_hash
 from ckpt import manifest as manifest_io
 from ckpt import safe_load
 from ckpt.errors import CorruptCheckpoint
 from ckpt.manifest import Manifest
 
-_CHUNK = 1 << 20
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _hash_pool() -> ThreadPoolExecutor:
+    """Threads that hash chunks while the reading thread reads the next ones."""
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(content_hash.DEFAULT_THREADS, thread_name_prefix="baton-read")
+    return _POOL
 
 
 class CheckpointReader:
@@ -35,21 +44,17 @@ class CheckpointReader:
             raise CorruptCheckpoint(self.directory, [f"{rel} is not listed in the manifest"])
         return entry
 
-    def _mismatch(self, rel: str, digest: str, size: int) -> CorruptCheckpoint:
-        entry = self.entry(rel)
+    def _mismatch(self, rel: str, problem: str) -> CorruptCheckpoint:
         return CorruptCheckpoint(self.directory, [
-            f"checksum mismatch in {rel}: sha256 {digest[:16]}… ({size} bytes) read, "
-            f"{entry['sha256'][:16]}… ({entry['size']} bytes) in the manifest (the file "
-            "changed after it was verified)"])
+            f"checksum mismatch in {rel}: {problem} (corrupted, or changed after it was written)"])
 
-    def bytes(self, rel: str) -> bytes:
-        """The file's bytes, read once; never more than the manifest's size plus one byte."""
-        entry = self.entry(rel)
-        with open(self.directory / rel, "rb") as handle:
-            data = handle.read(entry["size"] + 1)
-        digest = hashlib.sha256(data).hexdigest()
-        if len(data) != entry["size"] or digest != entry["sha256"]:
-            raise self._mismatch(rel, digest, len(data))
+    def bytes(self, rel: str) -> bytearray:
+        """The file's bytes, read once and hashed while read (chunks in parallel); never
+        more than the manifest's size plus one byte."""
+        data, problem = content_hash.read_checked(self.directory / rel, self.entry(rel),
+                                                  self.manifest.hashing, _hash_pool())
+        if problem:
+            raise self._mismatch(rel, problem)
         return data
 
     def json(self, rel: str):
@@ -71,18 +76,11 @@ class CheckpointReader:
         return self.bytes(rel)
 
     def copy(self, rel: str, dest: Path) -> None:
-        """Stream the file to `dest`, hashing what is written; a mismatch removes `dest`.
-        A pickle must also pass the allow-list scan (it is about to reach DeepSpeed)."""
-        entry, digest, size = self.entry(rel), hashlib.sha256(), 0
+        """Write the checked bytes to `dest`. A pickle must also pass the allow-list scan
+        (it is about to reach DeepSpeed)."""
+        data = self.bytes(rel)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.directory / rel, "rb") as src, open(dest, "wb") as out:
-            while size <= entry["size"] and (chunk := src.read(_CHUNK)):
-                digest.update(chunk)
-                size += len(chunk)
-                out.write(chunk)
-        if size != entry["size"] or digest.hexdigest() != entry["sha256"]:
-            dest.unlink()
-            raise self._mismatch(rel, digest.hexdigest(), size)
+        dest.write_bytes(data)
         if safe_load.is_pickle_name(rel):
             safe_load.check_pickle(dest, self.directory / rel)
 

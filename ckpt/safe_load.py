@@ -83,7 +83,7 @@ def unsafe_globals(source: bytes | Path) -> list[str]:
     pickle opcodes only: nothing is built and no tensor data is read."""
     import torch
 
-    handle = io.BytesIO(source) if isinstance(source, bytes) else str(source)
+    handle = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else str(source)
     try:
         found = torch.serialization.get_unsafe_globals_in_checkpoint(handle)
         return sorted(set(found) - set(DEEPSPEED_ALLOWED))
@@ -133,9 +133,13 @@ def load_verified_bytes(data: bytes, path, map_location="cpu"):
 
     from ckpt.errors import UnreadablePayload, UnsafeCheckpoint
 
+    from ckpt.buffer_load import BufferFile, load_weights_only
+
     allow_deepspeed_globals()
     try:
-        return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+        if isinstance(data, bytearray):  # ours alone: its storages can be sliced, not copied
+            return load_weights_only(data, map_location)
+        return torch.load(BufferFile(data), map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
         raise UnsafeCheckpoint(path, _refusal(exc, data)) from None
     except (RuntimeError, EOFError, ValueError) as exc:

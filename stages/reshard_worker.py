@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from core.config.compose import from_dict
 from ckpt import safe_load, signing, universal
-from ckpt.checkpointer import Checkpointer, SavePayload
+from ckpt.checkpointer import Checkpointer, SaveOptions, SavePayload
 from ckpt.parallel_layout import Layout
 from ckpt.state import RngState, derived_seed, seed_everything
 from stages.engine_setup import deepspeed_config, init_distributed, warmup_decay
@@ -113,7 +113,9 @@ def save(engine, launch: dict, cfg, identity: dict, rank: int, world: int) -> Pa
     payload = SavePayload(progress=launch["progress"], data=launch["data"],
                           meta=files.meta(launch, identity, parallel), rng=RngState.state_dict(),
                           extra={"reshard": launch["transform"]})
-    checkpointer = Checkpointer(engine, Path(launch["staging"]), s.name, parallel, keep_last=1)
+    # One save, then the process ends: nothing to overlap with, so it runs synchronously.
+    checkpointer = Checkpointer(engine, Path(launch["staging"]), s.name, parallel, keep_last=1,
+                                options=SaveOptions(mode="sync"))
     return checkpointer.save(launch["progress"]["step"], payload)
 
 

@@ -19,7 +19,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from core.config.compose import from_dict
 from core.errors import BatonError
 from ckpt import safe_load, signing
-from ckpt.checkpointer import Checkpointer, SavePayload, load_complete
+from ckpt.checkpointer import Checkpointer, SaveOptions, SavePayload, load_complete
 from ckpt.layout import resolve_resume
 from ckpt.layout import checkpoints_dir, stage_dir
 from ckpt.parallel_layout import Layout
@@ -77,7 +77,8 @@ class StageWorker:
         self.files = run_files.RunFiles(stage_dir(self.cfg.run.dir, s.name), self.rank == 0)
         self.ckpt = Checkpointer(self.engine, self.root, s.name, self.parallel, s.keep_last,
                                  self.cfg.debug.crash_in_save_at_step,
-                                 self.cfg.debug.fail_write_at_step)
+                                 self.cfg.debug.fail_write_at_step,
+                                 SaveOptions.from_config(self.cfg.ckpt))
         self.preemption = Preemption()
         self.window = grad_accum.Window()
         self.saved: list[dict] = []
@@ -132,6 +133,8 @@ class StageWorker:
 
     def finish_step(self) -> None:
         s, p = self.cfg.stage, self.progress
+        self.ckpt.raise_if_failed()  # a background save that failed stops the run here
+        self.log_committed()
         loss_sum, tokens = self.window.reduce(self.world)
         p.step += 1
         p.micro_in_window = 0
@@ -167,7 +170,20 @@ class StageWorker:
         path = self.ckpt.save(self.progress.step, payload)
         self.saved.append({"step": self.progress.step, "path": str(path),
                            "mid_accumulation": mid_window})
-        self.files.log(f"saved checkpoint {path}")
+        if not self.ckpt.asynchronous:
+            self.files.log(f"saved checkpoint {path}")
+
+    def log_committed(self) -> None:
+        """One line per asynchronous save committed since the last call."""
+        for done in self.ckpt.take_committed():
+            self.files.log(f"saved checkpoint {done['path']} (training blocked "
+                           f"{done['stall_s']:.3f} s; durable {done['durable_s']:.2f} s after the save began)")
+
+    def finish_saves(self) -> None:
+        """Drain the saves in flight (end of stage, preemption): what `latest` names is
+        committed before the result is written and the launcher returns."""
+        self.ckpt.close()
+        self.log_committed()
 
     def resume(self) -> None:
         path = resolve_resume(self.cfg.resume, self.root)
@@ -209,6 +225,7 @@ def run(launch_path: str) -> int:
     t0 = time.time()
     worker.resume()
     status = worker.train()
+    worker.finish_saves()
     worker.files.result(status, worker.progress, worker.saved, time.time() - t0,
                         init_from=worker.init_report)
     dist.barrier()

@@ -132,6 +132,20 @@ class MlflowConfig:
 
 @dataclass
 class CkptConfig:
+    mode: str = "async"
+    """async: a save blocks training only while the state is copied into reusable staging
+    buffers; writing, hashing, fsync and the commit run in the background. sync: the
+    step waits for the whole save (docs/async_checkpoints.md)."""
+    writer: str = "auto"
+    """native: the C++ writer of csrc/ (multi-threaded pwrite + sha256 without the GIL);
+    python: its pure-Python twin (same bytes, same hashes); auto: native when built."""
+    max_in_flight: int = 1
+    """Asynchronous saves being written at once (one staging copy each); a save beyond it
+    waits for a free slot, and that wait is reported as stall."""
+    hash_threads: int = 2
+    """Threads that write and hash chunks of a file in parallel."""
+    direct: bool = False
+    """O_DIRECT for the aligned parts of each file (native writer), bypassing the page cache."""
     signing_key_env: Optional[str] = None
     """Name of the environment variable holding an HMAC-SHA256 key (never the key itself).
     Set: every manifest written is signed, and one unsigned or signed with another key is

@@ -64,6 +64,22 @@ def problems(cfg: BatonConfig) -> list[str]:
     found += _store_problems(cfg)
     from core.config.signing_key import key_problems  # must hold a key (never printed)
     found += key_problems(cfg.ckpt.signing_key_env)
+    found += _ckpt_problems(cfg.ckpt)
+    return found
+
+
+def _ckpt_problems(c) -> list[str]:
+    found = []
+    if c.mode not in ("async", "sync"):
+        found.append(f"ckpt.mode={c.mode!r}: expected async (the default: training waits only "
+                     "for the staging copy) or sync (training waits for the whole save)")
+    if c.writer not in ("auto", "native", "python"):
+        found.append(f"ckpt.writer={c.writer!r}: expected auto, native or python")
+    if c.max_in_flight < 1:
+        found.append(f"ckpt.max_in_flight={c.max_in_flight}: expected >= 1 (saves written at "
+                     "once; each holds one staging copy of the state)")
+    if c.hash_threads < 1:
+        found.append(f"ckpt.hash_threads={c.hash_threads}: expected >= 1")
     return found
 
 

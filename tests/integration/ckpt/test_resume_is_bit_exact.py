@@ -62,3 +62,19 @@ def test_resume_from_a_sigterm_taken_mid_accumulation_is_bit_exact(tmp_path, zer
     assert diff.returncode == 0, diff.stdout
     a, b = metrics(straight, "cpt"), metrics(preempted, "cpt")
     assert [a[s]["loss"] for s in range(1, N + 1)] == [b[s]["loss"] for s in range(1, N + 1)]
+
+
+@pytest.mark.slow
+def test_synchronous_saves_resume_bit_exact_and_match_asynchronous_ones(tmp_path):
+    """ckpt.mode=sync stays available: the same run saved synchronously resumes bit for bit,
+    and its checkpoint holds the same state as the asynchronous (default) run's."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    asynchronous = tmp_path / "async"
+    _train(straight, "cpt", 2, 2, "ckpt.mode=sync")
+    _train(resumed, "cpt", 2, 2, "ckpt.mode=sync",
+           f"resume={straight / 'cpt' / 'checkpoints' / f'step-{K:06d}'}")
+    _train(asynchronous, "cpt", 2, 2)
+    final = f"cpt/checkpoints/step-{N:06d}"
+    for other in (resumed, asynchronous):
+        diff = run_baton("ckpt", "diff", str(straight / final), str(other / final))
+        assert diff.returncode == 0 and "IDENTICAL" in diff.stdout, diff.stdout + diff.stderr

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ckpt import manifest as manifest_io
-from ckpt.engine import _allow_deepspeed_globals
+from ckpt.safe_load import allow_deepspeed_globals as _allow_deepspeed_globals
 from tests.conftest import run_baton
 
 pytestmark = pytest.mark.slow

@@ -1,0 +1,139 @@
+"""One save, from captured files to a committed checkpoint: write, make durable, agree, commit.
+
+Runs on the training thread (`ckpt.mode=sync`) or on the background saver's thread
+(`async`). Every rank writes and fsyncs its own files, then all ranks exchange what they
+wrote (or why they could not) on the checkpoint process group, a group of its own so
+this exchange never interleaves with training collectives. Rank 0 commits only when
+every rank's files are durable (manifest last, rename, `latest`), then tells every rank
+the outcome: all ranks learn of a failure at the same time, and `latest` stays at the
+previous checkpoint.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch.distributed as dist
+
+from ckpt import commit as commit_io
+from ckpt import content_hash
+from ckpt.errors import CheckpointWriteFailed
+from ckpt.file_image import FileImage
+from ckpt.layout import read_latest
+from ckpt.staging import Slot
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CapturedFile:
+    rel: str
+    image: FileImage
+    buffers: list = field(default_factory=list)
+    """What fills the image's holes: staged copies (async) or the live storages (sync)."""
+
+
+@dataclass
+class SaveJob:
+    step: int
+    tmp: Path
+    files: list[CapturedFile]
+    build_manifest: object
+    """Rank 0: callable(entries: dict[rel, entry]) -> Manifest."""
+    slot: Slot | None = None
+    started: float = field(default_factory=time.perf_counter)
+    stall_s: float = 0.0
+    slot_wait_s: float = 0.0
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.image.size for f in self.files)
+
+
+@dataclass
+class Faults:
+    """debug.crash_in_save_at_step / debug.fail_write_at_step (rank 0 only)."""
+
+    crash_at: int = -1
+    fail_write_at: int = -1
+
+
+class SaveRunner:
+    def __init__(self, writer, root: Path, keep_last: int, group, rank: int, world: int,
+                 faults: Faults, hashing: dict, threads: int, direct: bool):
+        self.writer, self.root, self.keep_last = writer, Path(root), keep_last
+        self.group, self.rank, self.world, self.faults = group, rank, world, faults
+        self.hashing, self.threads, self.direct = hashing, threads, direct
+
+    def run(self, job: SaveJob) -> Path:
+        """Write this rank's files, agree with every rank, commit. Raises
+        CheckpointWriteFailed on every rank when any rank's write failed."""
+        written, failure = {}, None
+        try:
+            written = self._write_all(job)
+        except OSError as exc:
+            failure = {"rank": self.rank, "errno": exc.errno, "strerror": exc.strerror,
+                       "filename": str(exc.filename) if exc.filename else None}
+        except Exception as exc:  # noqa: BLE001 - the other ranks wait for this rank's report
+            failure = {"rank": self.rank, "errno": None, "filename": None,
+                       "strerror": f"{type(exc).__name__}: {exc}"}
+        if failure is None and job.step == self.faults.crash_at and self.rank == 0:
+            log.error("debug.crash_in_save_at_step=%d: SIGKILL before the manifest", job.step)
+            os.kill(os.getpid(), signal.SIGKILL)
+        reports = [None] * self.world
+        dist.all_gather_object(reports, {"written": written, "failure": failure}, group=self.group)
+        outcome = [self._commit(job, reports) if self.rank == 0 else None]
+        dist.broadcast_object_list(outcome, src=0, group=self.group)
+        result = outcome[0]
+        if "failure" in result:
+            raise self._write_failed(job, result["failure"])
+        return Path(result["final"])
+
+    def _write_all(self, job: SaveJob) -> dict[str, dict]:
+        if job.slot is not None:
+            job.slot.ready()  # device-to-host copies landed (GPU); no-op on CPU
+        chunk = content_hash.chunk_bytes_of(self.hashing)
+        written = {}
+        for captured in job.files:
+            path = job.tmp / captured.rel
+            if job.step == self.faults.fail_write_at and self.rank == 0:
+                self.faults.fail_write_at = -1
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            chunks = self.writer.write_file(
+                str(path), captured.image.size, captured.image.segments(captured.buffers),
+                chunk_bytes=chunk, threads=self.threads, direct=self.direct)
+            written[captured.rel] = content_hash.entry(captured.image.size, chunks)
+        return written
+
+    def _commit(self, job: SaveJob, reports: list[dict]) -> dict:
+        failures = [r["failure"] for r in reports if r["failure"] is not None]
+        if failures:
+            shutil.rmtree(job.tmp, ignore_errors=True)  # `latest` never moved
+            return {"failure": failures[0]}
+        entries = {rel: e for report in reports for rel, e in report["written"].items()}
+        try:
+            final = commit_io.commit(job.tmp, job.build_manifest(entries))
+            removed = commit_io.apply_retention(self.root, self.keep_last)
+        except OSError as exc:
+            shutil.rmtree(job.tmp, ignore_errors=True)
+            return {"failure": {"rank": 0, "errno": exc.errno, "strerror": exc.strerror,
+                                "filename": str(exc.filename) if exc.filename else None}}
+        if removed:
+            log.info("retention removed %s", ", ".join(p.name for p in removed))
+        return {"final": str(final)}
+
+    def _write_failed(self, job: SaveJob, failure: dict) -> CheckpointWriteFailed:
+        exc = OSError(failure["errno"], failure["strerror"], failure["filename"])
+        file = None
+        if failure["filename"]:
+            name = Path(failure["filename"])
+            file = name.relative_to(job.tmp).as_posix() if name.is_relative_to(job.tmp) else str(name)
+        latest = read_latest(self.root)
+        return CheckpointWriteFailed(job.tmp, job.step, exc, latest.name if latest else None, file)

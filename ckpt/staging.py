@@ -1,0 +1,104 @@
+"""The staging buffer pool: where an asynchronous save copies the state, reused every save.
+
+The training step is blocked only while storages are copied here; the background
+writer reads the copies while training changes the originals. Buffers are allocated
+once per (slot, file, storage index) and reused while the sizes match (they do, step
+after step), so a save allocates nothing after the first: one staging copy of the state
+per in-flight save, which the bench reports as peak extra host memory.
+
+Addresses are 4096-aligned so the native writer can use O_DIRECT. On a GPU the buffers
+are pinned host memory and the copies are device-to-host on a side stream; the writer
+waits on the slot's event before reading (`Slot.ready`). This machine has no GPU: that
+branch is code and docs (docs/async_checkpoints.md), the CPU path is what runs here.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import torch
+
+from ckpt.file_image import as_bytes
+
+PAGE = 4096
+
+
+def _aligned_empty(nbytes: int, pinned: bool) -> torch.Tensor:
+    raw = torch.empty(nbytes + PAGE, dtype=torch.uint8, pin_memory=pinned)
+    start = (-raw.data_ptr()) % PAGE
+    return raw[start:start + nbytes]
+
+
+@dataclass
+class Slot:
+    """The buffers of one in-flight save."""
+
+    index: int
+    buffers: dict[str, list[torch.Tensor]] = field(default_factory=dict)
+    event: object = None
+    """CUDA event recorded after the device-to-host copies (None on CPU)."""
+
+    def nbytes(self) -> int:
+        return sum(b.numel() for per_file in self.buffers.values() for b in per_file)
+
+    def ready(self) -> None:
+        """Block until the copies into this slot have landed (no-op on CPU)."""
+        if self.event is not None:
+            self.event.synchronize()
+
+
+class StagingPool:
+    def __init__(self, slots: int):
+        self._free = [Slot(i) for i in range(max(slots, 1))]
+        self._all = list(self._free)
+        self._available = threading.Condition()
+        self._gpu = torch.cuda.is_available()
+        self._stream = torch.cuda.Stream() if self._gpu else None
+
+    def acquire(self) -> Slot:
+        """A free slot; blocks while every slot holds a save still being written."""
+        with self._available:
+            self._available.wait_for(lambda: bool(self._free))
+            return self._free.pop(0)
+
+    def release(self, slot: Slot) -> None:
+        with self._available:
+            self._free.append(slot)
+            self._available.notify()
+
+    def busy(self) -> bool:
+        with self._available:
+            return len(self._free) < len(self._all)
+
+    def allocated_bytes(self) -> int:
+        return sum(slot.nbytes() for slot in self._all)
+
+    def stage(self, slot: Slot, key: str, storages: list[torch.UntypedStorage]) -> list[torch.Tensor]:
+        """Copy `storages` into the slot's buffers for file `key`; return the copies."""
+        kept = slot.buffers.get(key, [])
+        copies = []
+        for index, storage in enumerate(storages):
+            nbytes = storage.nbytes()
+            if index < len(kept) and kept[index].numel() == nbytes:
+                buffer = kept[index]
+            else:
+                buffer = _aligned_empty(nbytes, pinned=self._gpu and storage.device.type == "cuda")
+            source = as_bytes(storage)
+            if source.device.type == "cpu":
+                buffer.copy_(source)
+            else:
+                with torch.cuda.stream(self._stream):  # overlaps with the next step's kernels
+                    self._stream.wait_stream(torch.cuda.current_stream(source.device))
+                    buffer.copy_(source, non_blocking=True)
+            copies.append(buffer)
+        slot.buffers[key] = copies
+        if self._stream is not None:
+            slot.event = torch.cuda.Event()
+            slot.event.record(self._stream)
+        return copies
+
+    def forget_unused(self, slot: Slot, keys: set[str]) -> None:
+        """Drop buffers of files this save no longer has (a layout change)."""
+        for key in list(slot.buffers):
+            if key not in keys:
+                del slot.buffers[key]

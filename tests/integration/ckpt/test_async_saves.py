@@ -1,0 +1,105 @@
+"""Asynchronous saves in one in-process rank (a real DeepSpeed engine, gloo): what the step
+hands over is a copy, commits happen in order in the background, staging buffers are
+reused, and a background failure surfaces at the next step boundary with `latest` kept."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench.state import build_state
+from ckpt import manifest as manifest_io
+from ckpt.checkpointer import Checkpointer, SaveOptions, SavePayload
+from ckpt.cleanup import find_leftovers
+from ckpt.errors import CheckpointWriteFailed
+from ckpt.layout import committed_steps, read_latest
+from ckpt.reader import CheckpointReader
+from ckpt.state import RngState
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory):
+    built = build_state("tiny", [], tmp_path_factory.mktemp("async-run"), None)
+    yield built
+    built.close()
+
+
+def _payload(step: int) -> SavePayload:
+    progress = {"step": step, "micro_step": step, "micro_in_window": 0, "tokens_seen": 0,
+                "samples_seen": 0}
+    return SavePayload(progress=progress, data={"epoch": 0}, meta={"parent": None},
+                       rng=RngState.state_dict())
+
+
+def _checkpointer(state, root, **options) -> Checkpointer:
+    return Checkpointer(state.engine, root, "cpt", state.layout, keep_last=3,
+                        fail_write_at_step=options.pop("fail_write_at_step", -1),
+                        options=SaveOptions(**options))
+
+
+def _weights(path) -> dict[str, torch.Tensor]:
+    reader = CheckpointReader(path)
+    model_file = next(rel for rel in reader.manifest.files if rel.endswith("model_states.pt"))
+    return reader.torch(model_file)["module"]
+
+
+def test_the_saved_state_is_the_state_at_the_save_call(state, tmp_path):
+    ck = _checkpointer(state, tmp_path, mode="async", writer="python")
+    before = {k: v.detach().clone() for k, v in state.module.state_dict().items()}
+    path = ck.save(1, _payload(1))
+    with torch.no_grad():  # training goes on and changes the weights while the save is written
+        for parameter in state.module.parameters():
+            parameter.add_(1.0)
+    ck.close()
+    manifest_io.verify(path)
+    saved = _weights(path)
+    assert all(torch.equal(saved[k], before[k]) for k in before)
+    with torch.no_grad():
+        for parameter in state.module.parameters():
+            parameter.sub_(1.0)
+
+
+def test_saves_commit_in_order_and_reuse_their_staging_buffers(state, tmp_path):
+    ck = _checkpointer(state, tmp_path, mode="async", writer="auto", max_in_flight=2)
+    addresses = []
+    for step in (1, 2, 3, 4):
+        ck.save(step, _payload(step))
+        addresses.append(sorted(b.data_ptr() for slot in ck.pool._all
+                                for per_file in slot.buffers.values() for b in per_file))
+    ck.close()
+    assert [p.name for p in committed_steps(tmp_path)] == ["step-000002", "step-000003", "step-000004"]
+    assert read_latest(tmp_path).name == "step-000004"
+    assert find_leftovers(tmp_path) == []
+    # Two slots: the first two saves allocate, the next two reuse those buffers.
+    assert addresses[2] == addresses[3] and set(addresses[1]) >= set(addresses[0])
+    assert ck.pool.allocated_bytes() <= 2 * state.nbytes() * 1.1
+    assert [s["step"] for s in ck.stats] == [1, 2, 3, 4]
+    assert all(s["stall_s"] <= s["durable_s"] for s in ck.stats)
+
+
+def test_a_background_failure_surfaces_at_the_next_step_and_keeps_latest(state, tmp_path):
+    ck = _checkpointer(state, tmp_path, mode="async", writer="python", fail_write_at_step=2)
+    ck.save(1, _payload(1))
+    ck.drain()
+    ck.save(2, _payload(2))  # its first write fails with ENOSPC in the background
+    with pytest.raises(CheckpointWriteFailed) as failed:
+        ck.drain()
+    assert failed.value.step == 2 and failed.value.latest == "step-000001"
+    assert "No space left on device" in str(failed.value)
+    assert read_latest(tmp_path).name == "step-000001"
+    assert not (tmp_path / "step-000002.tmp").exists()
+    ck.save(3, _payload(3))  # the failure was reported once; saving goes on
+    ck.close()
+    assert read_latest(tmp_path).name == "step-000003"
+
+
+def test_sync_and_async_saves_write_the_same_bytes(state, tmp_path):
+    paths = {}
+    for mode in ("sync", "async"):
+        ck = _checkpointer(state, tmp_path / mode, mode=mode, writer="python")
+        paths[mode] = ck.save(1, _payload(1))
+        ck.close()
+    a, b = (manifest_io.verify(paths[m]) for m in ("sync", "async"))
+    model_files = [rel for rel in a.files if rel.endswith(".pt")]
+    assert model_files and all(a.files[rel] == b.files[rel] for rel in model_files)
