@@ -20,7 +20,8 @@ from ckpt.file_image import ALIGNMENT, FileImage, as_bytes, crc32_off, image_of
 from ckpt.manifest import Manifest
 from ckpt.reader import CheckpointReader
 from ckpt.safe_load import allow_deepspeed_globals, load_verified_bytes
-from ckpt.save_job import CapturedFile
+from ckpt.save_job import CapturedFile, encode_json
+from ckpt.snapshot import Unsupported, snapshot
 from ckpt.staging import Slot, StagingPool
 
 ENGINE_NAME = "BatonCheckpointEngine"
@@ -50,6 +51,13 @@ class BatonCheckpointEngine(CheckpointEngine):
 
     def save(self, state_dict, path: str):
         rel = Path(path).relative_to(self.directory).as_posix()
+        if self.slot is not None:
+            try:  # the cheap capture: containers rebuilt, storages copied, pickled later
+                state = snapshot(state_dict, self.pool.stager(self.slot, rel))
+                self.captured.append(CapturedFile(rel, state=state, alignment=self.alignment))
+                return
+            except Unsupported:
+                pass  # pickle the structure now; only the storages are staged
         image = image_of(state_dict, self.alignment)
         if self.slot is None:
             buffers = [as_bytes(s) for s in image.storages]
@@ -58,7 +66,11 @@ class BatonCheckpointEngine(CheckpointEngine):
         self.captured.append(CapturedFile(rel, image, buffers))
 
     def save_json(self, path: Path, payload) -> None:
-        self.save_bytes(path, json.dumps(payload, indent=1, sort_keys=True).encode())
+        rel = Path(path).relative_to(self.directory).as_posix()
+        if self.slot is not None:  # copied now, encoded in the background
+            self.captured.append(CapturedFile(rel, json=snapshot(payload, None)))
+        else:
+            self.captured.append(CapturedFile(rel, FileImage.of_bytes(encode_json(payload))))
 
     def save_bytes(self, path: Path, data: bytes) -> None:
         rel = Path(path).relative_to(self.directory).as_posix()

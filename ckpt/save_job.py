@@ -11,6 +11,7 @@ previous checkpoint.
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import shutil
@@ -24,7 +25,7 @@ import torch.distributed as dist
 from ckpt import commit as commit_io
 from ckpt import content_hash
 from ckpt.errors import CheckpointWriteFailed
-from ckpt.file_image import FileImage
+from ckpt.file_image import FileImage, as_bytes, image_of
 from ckpt.layout import read_latest
 from ckpt.staging import Slot
 
@@ -34,9 +35,27 @@ log = logging.getLogger(__name__)
 @dataclass
 class CapturedFile:
     rel: str
-    image: FileImage
+    image: FileImage | None = None
     buffers: list = field(default_factory=list)
     """What fills the image's holes: staged copies (async) or the live storages (sync)."""
+    state: object = None
+    """Async: a structural copy on staged storages (ckpt.snapshot), pickled by `materialize`."""
+    json: object = None
+    """Async: a copied JSON payload, encoded by `materialize`."""
+    alignment: int = 64
+
+    def materialize(self) -> None:
+        """Turn what the training thread captured into an image (background thread)."""
+        if self.json is not None:
+            self.image = FileImage.of_bytes(encode_json(self.json))
+        elif self.state is not None:
+            self.image = image_of(self.state, self.alignment)
+            self.buffers = [as_bytes(s) for s in self.image.storages]
+        self.state = self.json = None
+
+
+def encode_json(payload) -> bytes:
+    return json.dumps(payload, indent=1, sort_keys=True).encode()
 
 
 @dataclass
@@ -53,7 +72,7 @@ class SaveJob:
 
     @property
     def bytes(self) -> int:
-        return sum(f.image.size for f in self.files)
+        return sum(f.image.size for f in self.files if f.image is not None)
 
 
 @dataclass
@@ -101,6 +120,7 @@ class SaveRunner:
         chunk = content_hash.chunk_bytes_of(self.hashing)
         written = {}
         for captured in job.files:
+            captured.materialize()
             path = job.tmp / captured.rel
             if job.step == self.faults.fail_write_at and self.rank == 0:
                 self.faults.fail_write_at = -1

@@ -74,11 +74,19 @@ class StagingPool:
         return sum(slot.nbytes() for slot in self._all)
 
     def stage(self, slot: Slot, key: str, storages: list[torch.UntypedStorage]) -> list[torch.Tensor]:
-        """Copy `storages` into the slot's buffers for file `key`; return the copies."""
+        """Copy `storages` into the slot's buffers for file `key`; return the copies as
+        uint8 tensors (what fills a FileImage's holes)."""
+        stager = self.stager(slot, key)
+        return [as_bytes(stager(storage)) for storage in storages]
+
+    def stager(self, slot: Slot, key: str):
+        """A function that copies one storage into the slot's next buffer for file `key`
+        and returns the copy as a storage of exactly the same size (aligned)."""
         kept = slot.buffers.get(key, [])
-        copies = []
-        for index, storage in enumerate(storages):
-            nbytes = storage.nbytes()
+        slot.buffers[key] = used = []
+
+        def stage_one(storage: torch.UntypedStorage) -> torch.UntypedStorage:
+            nbytes, index = storage.nbytes(), len(used)
             if index < len(kept) and kept[index].numel() == nbytes:
                 buffer = kept[index]
             else:
@@ -90,12 +98,12 @@ class StagingPool:
                 with torch.cuda.stream(self._stream):  # overlaps with the next step's kernels
                     self._stream.wait_stream(torch.cuda.current_stream(source.device))
                     buffer.copy_(source, non_blocking=True)
-            copies.append(buffer)
-        slot.buffers[key] = copies
-        if self._stream is not None:
-            slot.event = torch.cuda.Event()
-            slot.event.record(self._stream)
-        return copies
+                slot.event = torch.cuda.Event()
+                slot.event.record(self._stream)
+            used.append(buffer)
+            return buffer.untyped_storage()[buffer.storage_offset():buffer.storage_offset() + nbytes]
+
+        return stage_one
 
     def forget_unused(self, slot: Slot, keys: set[str]) -> None:
         """Drop buffers of files this save no longer has (a layout change)."""

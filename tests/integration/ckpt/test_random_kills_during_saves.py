@@ -1,6 +1,7 @@
-"""Twenty randomly timed SIGKILLs while a stage saves every step: after each, `latest`
-verifies and the next launch resumes from it; at the end the run completes and no
-leftover of a killed save or deletion remains.
+"""Twenty randomly timed SIGKILLs while a stage saves every step (asynchronously, the
+default): after each, `latest` verifies and the next launch resumes from it; at the end
+the run completes, no leftover of a killed save or deletion remains, and its final
+checkpoint is identical to that of a run never killed.
 
 Cost. Every kill ends the launch, whoever receives it (torchrun does not restart
 workers), so each round pays the start-up (~10 s of Python, torch and DeepSpeed
@@ -121,3 +122,10 @@ def test_twenty_random_sigkills_during_saves_leave_latest_verifiable_and_resumab
                                                         f"step-{MAX_STEPS:06d}"]
     verified = run_baton("ckpt", "verify", str(root / "latest"))
     assert verified.returncode == 0, verified.stderr
+
+    # Bit-exact: the run that was killed twenty times ends in the state of one never killed.
+    straight = tmp_path / "straight"
+    run_baton("stage", "cpt", *common[1:], f"run.dir={straight}", check=True)
+    final = f"cpt/checkpoints/step-{MAX_STEPS:06d}"
+    diff = run_baton("ckpt", "diff", str(straight / final), str(tmp_path / final))
+    assert diff.returncode == 0 and "IDENTICAL" in diff.stdout, diff.stdout + diff.stderr
