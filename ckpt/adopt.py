@@ -23,7 +23,7 @@ from typing import Callable
 
 from ckpt import foreign
 from ckpt import manifest as manifest_io
-from ckpt.commit import fsync_dir
+from ckpt.commit import fresh_staging, fsync_dir
 from ckpt.errors import CheckpointError, IncompatibleCheckpoint, NotACheckpoint, UnreadablePayload
 from ckpt.parallel_layout import Sharding
 
@@ -176,13 +176,8 @@ def adopt(source: str | Path, destination: str | Path, stage: str, meta: dict,
     if destination.exists():
         raise AdoptError(destination, "already exists; pass another --name (an adopted copy "
                          "is written whole or not at all)")
-    staging = destination.with_name(f".{destination.name}{STAGING_SUFFIX}")
-    shutil.rmtree(staging, ignore_errors=True)  # left by an interrupted adopt
-    try:
-        staging.mkdir(parents=True)
-    except OSError as exc:
-        raise AdoptError(destination, f"cannot create it ({exc.strerror or exc}); pass a "
-                         "run.dir you can write to") from None
+    staging = fresh_staging(destination, STAGING_SUFFIX, lambda why: AdoptError(
+        destination, f"cannot create it ({why}); pass a run.dir you can write to"))
     try:
         stage_files = _stage_hf if found.kind == foreign.HF else _stage_deepspeed
         hashes, layout, weights = stage_files(found, staging)

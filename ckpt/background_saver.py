@@ -1,13 +1,15 @@
 """The thread that finishes asynchronous saves while training goes on.
 
 Jobs run one after another in submission order, so commits (and `latest`) advance in
-step order. A failure is kept and raised on the training thread at its next step
-boundary (`raise_if_failed`), at `drain`, or at the next save: never silently dropped.
+step order. The first failure is kept and raised on the training thread at its next
+step boundary (`raise_if_failed`), at `drain`, or at the next save: never silently
+dropped. Saves queued behind a failed one are discarded, not committed.
 """
 from __future__ import annotations
 
 import logging
 import queue
+import shutil
 import threading
 import time
 
@@ -25,6 +27,9 @@ class BackgroundSaver:
         self._pending = 0
         self._pending_dirs: list[str] = []
         self.failure: BaseException | None = None
+        """The first failure, until raised on the training thread."""
+        self.first_failure: BaseException | None = None
+        self._failed = False
         self._thread = threading.Thread(target=self._loop, name="baton-ckpt-saver", daemon=True)
         self._thread.start()
 
@@ -45,13 +50,18 @@ class BackgroundSaver:
             if job is None:
                 return
             try:
+                if self._failed:
+                    # After a failure no later save may commit (`latest` would move past
+                    # the one reported as failed). Every rank learned of the failure from
+                    # the same outcome of the same job, so every rank skips the same jobs.
+                    shutil.rmtree(job.tmp, ignore_errors=True)
+                    continue
                 final = self.runner.run(job)
                 self._on_done(job, final, time.perf_counter() - job.started)
-            except CheckpointWriteFailed as exc:
-                self.failure = exc
             except BaseException as exc:  # noqa: BLE001 - surfaced on the training thread
-                log.exception("background checkpoint save of step %d failed", job.step)
-                self.failure = exc
+                if not isinstance(exc, CheckpointWriteFailed):
+                    log.exception("background checkpoint save of step %d failed", job.step)
+                self._fail(exc)
             finally:
                 if job.slot is not None:
                     self._release(job.slot)
@@ -60,9 +70,22 @@ class BackgroundSaver:
                     self._pending_dirs.remove(job.tmp.name)
                     self._idle.notify_all()
 
+    def _fail(self, exc: BaseException) -> None:
+        with self._idle:
+            self._failed = True
+            if self.first_failure is None:  # the first one is the cause
+                self.first_failure = self.failure = exc
+
+    def failed(self) -> bool:
+        """A save failed (reported or not): the run must stop."""
+        with self._idle:
+            return self._failed
+
     def raise_if_failed(self) -> None:
-        if self.failure is not None:
+        """Raise the first failure, once."""
+        with self._idle:
             failure, self.failure = self.failure, None
+        if failure is not None:
             raise failure
 
     def drain(self) -> None:

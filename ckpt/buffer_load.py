@@ -45,7 +45,7 @@ class BufferFile(io.RawIOBase):
         return self._position
 
 
-def _in_place(buffer: bytearray):
+def _in_place(buffer: bytearray, map_location=None):
     from torch import _weights_only_unpickler
 
     archive = torch._C.PyTorchFileReader(BufferFile(buffer))
@@ -55,14 +55,20 @@ def _in_place(buffer: bytearray):
     storages: dict[str, torch.storage.TypedStorage] = {}
 
     def persistent_load(saved_id):
-        kind, storage_type, key, _location, numel = saved_id
+        kind, storage_type, key, location, numel = saved_id
         if kind != "storage":
             raise pickle_error(f"unexpected persistent id {kind!r}")
         dtype = torch.uint8 if storage_type is torch.UntypedStorage else storage_type.dtype
         if key not in storages:
             nbytes = numel * torch._utils._element_size(dtype)
-            offset = archive.get_record_offset(f"data/{key}")
+            record = f"data/{key}"
+            if archive.get_record_size(record) != nbytes:  # as torch.load refuses it
+                raise pickle_error(f"record {record} holds {archive.get_record_size(record)} "
+                                   f"bytes, its tensor claims {nbytes}")
+            offset = archive.get_record_offset(record)
             untyped = whole[offset:offset + nbytes] if nbytes else torch.UntypedStorage(0)
+            if callable(map_location):  # DeepSpeed passes `lambda storage, loc: storage`
+                untyped = map_location(untyped, location) or untyped
             storages[key] = torch.storage.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
         return storages[key]
 
@@ -81,9 +87,9 @@ def pickle_error(message: str):
 
 def load_weights_only(buffer: bytearray, map_location=None):
     """`torch.load(..., weights_only=True)` of an archive held in `buffer`."""
-    if map_location in (None, "cpu", torch.device("cpu")):
+    if callable(map_location) or map_location in (None, "cpu", torch.device("cpu")):
         try:
-            loaded = _in_place(buffer)
+            loaded = _in_place(buffer, map_location)
         except (AttributeError, TypeError) as exc:  # a torch without these internals
             if "_weights_only_unpickler" not in str(exc) and "PyTorchFileReader" not in str(exc):
                 raise

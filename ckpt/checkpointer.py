@@ -134,6 +134,11 @@ class Checkpointer:
         committed (sync), or committed in the background (async; `drain` waits for it)."""
         started = time.perf_counter()
         self.raise_if_failed()
+        if self.background is None and self.asynchronous:
+            raise RuntimeError("Checkpointer.save after close()")
+        if self.background is not None and self.background.failed():
+            # Saves after a failed one would move `latest` past it: this checkpointer is done.
+            raise self.background.first_failure
         slot, slot_wait = None, 0.0
         if self.asynchronous:
             slot = self.pool.acquire()  # waits while max_in_flight saves are still writing
@@ -156,12 +161,18 @@ class Checkpointer:
         return final
 
     def _capture(self, step: int, name: str, tmp: Path, payload: SavePayload, slot) -> SaveJob:
+        if name in self._in_flight_names():
+            self.drain()  # the same position again (a preemption right after a save): let
+            # that save finish first, then this one replaces it (ckpt.commit.commit)
         if self.rank == 0:
             self.root.mkdir(parents=True, exist_ok=True)
-            commit_io.clear_stale_tmp(self.root, name)
-            # Rank 0's launcher holds the stage lock: every .tmp not in flight is a dead save's.
-            for leftover in remove_leftovers(self.root, keep=self._in_flight_names()):
-                log.warning("removed %s: %s", leftover.path, leftover.why)
+            if not self._in_flight_names():
+                # Rank 0's launcher holds the stage lock, and no save of ours is in flight:
+                # every leftover is a dead save's. (With saves in flight, their commits may
+                # be renaming right now; the next idle save cleans up.)
+                commit_io.clear_stale_tmp(self.root, name)
+                for leftover in remove_leftovers(self.root):
+                    log.warning("removed %s: %s", leftover.path, leftover.why)
         dist.barrier()
         self.io.begin_save(tmp, slot)
         self.engine.save_checkpoint(str(self.root), tag=tmp.name, save_latest=False)
@@ -200,6 +211,10 @@ class Checkpointer:
         """A background save that failed raises here, at the next step boundary."""
         if self.background is not None:
             self.background.raise_if_failed()
+
+    def failed(self) -> bool:
+        """A save of this rank failed (asynchronous saving; sync saves raise at once)."""
+        return self.background is not None and self.background.failed()
 
     def drain(self) -> None:
         """Wait until every save in flight is committed; raise the first failure. The end of
@@ -244,7 +259,7 @@ def load_complete(checkpointer: Checkpointer, path: Path, stage: str, parallel: 
     record = io.load_json(path / GRAD_RECORD) if manifest.mid_accumulation else None
     buffers = None
     if manifest.mid_accumulation and grad_file(rank) in manifest.files:
-        buffers = io.read_verified(path / grad_file(rank))
+        buffers = bytes(io.read_verified(path / grad_file(rank)))  # safetensors takes bytes
     return {"manifest": manifest, "progress": io.load_json(path / PROGRESS),
             "data": io.load_json(path / DATA), "rng": io.load_json(path / rng_file(rank)),
             "grad_record": record, "grad_buffers": buffers,

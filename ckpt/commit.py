@@ -29,6 +29,19 @@ def clear_stale_tmp(root: Path, name: str) -> Path:
     return tmp
 
 
+def fresh_staging(destination: Path, suffix: str, refuse) -> Path:
+    """An empty hidden `.<name><suffix>` beside `destination`, for a directory written
+    whole and renamed into place (adopt, export). A leftover of an interrupted attempt is
+    removed first; `refuse(reason)` builds the error raised when it cannot be created."""
+    staging = destination.with_name(f".{destination.name}{suffix}")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staging.mkdir(parents=True)
+    except OSError as exc:
+        raise refuse(exc.strerror or str(exc)) from None
+    return staging
+
+
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -37,14 +50,21 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def final_dir(tmp: Path) -> Path:
+    return tmp.with_name(tmp.name[: -len(TMP_SUFFIX)])
+
+
 def commit(tmp: Path, manifest: manifest_io.Manifest) -> Path:
     """Write the manifest last, rename into place, then move `latest`. Returns the final dir."""
     manifest_io.write(tmp, manifest)
     fsync_dir(tmp)
-    final = tmp.with_name(tmp.name[: -len(TMP_SUFFIX)])
+    final = final_dir(tmp)
     if final.exists():
         # Re-saving a step (e.g. a resumed run reaching a step saved before): replace it
-        # only after the new one is complete.
+        # only after the new one is complete, and never leave `latest` naming it while it
+        # is gone: point `latest` at the newest other checkpoint (or none) first.
+        if read_latest(final.parent) == final:
+            step_back_latest(final)
         discard(final)
     os.rename(tmp, final)
     fsync_dir(final.parent)
@@ -60,6 +80,17 @@ def point_latest(final: Path) -> None:
         os.fsync(handle.fileno())
     os.replace(staging, pointer)
     fsync_dir(final.parent)
+
+
+def step_back_latest(leaving: Path) -> None:
+    """Point `latest` at the newest committed checkpoint other than `leaving`; remove the
+    pointer when there is none (no `latest` is better than one naming nothing)."""
+    others = [p for p in committed_steps(leaving.parent) if p != leaving]
+    if others:
+        point_latest(others[-1])
+    else:
+        (leaving.parent / LATEST).unlink(missing_ok=True)
+        fsync_dir(leaving.parent)
 
 
 def apply_retention(root: Path, keep_last: int) -> list[Path]:

@@ -59,8 +59,8 @@ class BatonCheckpointEngine(CheckpointEngine):
             except Unsupported:
                 pass  # pickle the structure now; only the storages are staged
         image = image_of(state_dict, self.alignment)
-        if self.slot is None:
-            buffers = [as_bytes(s) for s in image.storages]
+        if self.slot is None:  # sync: read in place (a GPU storage is brought to host first)
+            buffers = [as_bytes(s if s.device.type == "cpu" else s.cpu()) for s in image.storages]
         else:
             buffers = self.pool.stage(self.slot, rel, image.storages)
         self.captured.append(CapturedFile(rel, image, buffers))

@@ -72,6 +72,13 @@ class CheckpointWriteFailed(CheckpointError):
         kept = (f"`latest` still points to {latest}, the previous complete checkpoint"
                 if latest else "no earlier checkpoint of this stage was committed")
         where = f" (writing {file})" if file else ""
+        if getattr(error, "internal", False):  # not the disk: a bug, said as such
+            super().__init__(path, (
+                f"could not save the checkpoint of step {step}: {self.strerror}{where}. Nothing "
+                f"of this save was committed; {kept}. This is not a disk problem; rerun with "
+                "BATON_DEBUG=1 and report it, or set ckpt.mode=sync to save on the training "
+                "thread, then resume the stage with resume=latest"))
+            return
         super().__init__(path, (
             f"could not save the checkpoint of step {step}: [Errno {self.errno}] "
             f"{self.strerror}{where}. Nothing of this save was committed (its partial "

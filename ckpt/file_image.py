@@ -24,7 +24,8 @@ DIRECT_ALIGNMENT = 4096  # what O_DIRECT needs of file offsets (ckpt.direct=true
 
 
 def crc32_off() -> None:
-    """torch.save's per-record CRC32 is a redundant pass over every byte (baton hashes)."""
+    """torch.save's per-record CRC32 is a redundant pass over every byte (baton hashes).
+    A per-thread setting: `image_of` turns it off on whichever thread pickles."""
     torch.serialization.set_crc32_options(False)
 
 
@@ -114,12 +115,14 @@ def image_of(obj, alignment: int = ALIGNMENT) -> FileImage:
 
     image, found, seen = FileImage(), [], set()
     recorder = _Recorder(image)
-    default, config.save.storage_alignment = config.save.storage_alignment, alignment
+    # torch's serialization settings are per thread: set them on the thread that pickles.
+    saved = config.save.storage_alignment, config.save.compute_crc32
+    config.save.storage_alignment, config.save.compute_crc32 = alignment, False
     try:
         with torch.serialization.skip_data():
             torch.save(obj, recorder, pickle_module=_storage_recording_pickle_module(found, seen))
     finally:
-        config.save.storage_alignment = default
+        config.save.storage_alignment, config.save.compute_crc32 = saved
     image.size = recorder.position
     image.storages = [s for s in found if s.nbytes() > 0]
     sizes = [n for _, n in image.holes]

@@ -70,7 +70,7 @@ class CheckpointReader:
             return self.json(rel)
         if rel.endswith(".safetensors"):
             from safetensors.torch import load
-            return load(self.bytes(rel))
+            return load(bytes(self.bytes(rel)))  # safetensors takes bytes only
         if safe_load.is_pickle_name(rel):
             return self.torch(rel)
         return self.bytes(rel)

@@ -142,7 +142,8 @@ def load_verified_bytes(data: bytes, path, map_location="cpu"):
         return torch.load(BufferFile(data), map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
         raise UnsafeCheckpoint(path, _refusal(exc, data)) from None
-    except (RuntimeError, EOFError, ValueError) as exc:
+    except (RuntimeError, EOFError, ValueError, AttributeError, TypeError, KeyError,
+            IndexError) as exc:  # a well-hashed file that is no sound torch archive
         path = Path(path)
         raise UnreadablePayload(path.parent, path.name, exc) from None
 

@@ -26,7 +26,7 @@ from ckpt import commit as commit_io
 from ckpt import content_hash
 from ckpt.errors import CheckpointWriteFailed
 from ckpt.file_image import FileImage, as_bytes, image_of
-from ckpt.layout import read_latest
+from ckpt.layout import MANIFEST, read_latest
 from ckpt.staging import Slot
 
 log = logging.getLogger(__name__)
@@ -83,6 +83,15 @@ class Faults:
     fail_write_at: int = -1
 
 
+def failure_of(exc: BaseException, rank: int) -> dict:
+    """What a rank reports about a failed write (picklable, sent to every rank)."""
+    if isinstance(exc, OSError):
+        return {"rank": rank, "errno": exc.errno, "strerror": exc.strerror or str(exc),
+                "filename": str(exc.filename) if exc.filename else None}
+    return {"rank": rank, "errno": None, "filename": None,
+            "strerror": f"{type(exc).__name__}: {exc}"}
+
+
 class SaveRunner:
     def __init__(self, writer, root: Path, keep_last: int, group, rank: int, world: int,
                  faults: Faults, hashing: dict, threads: int, direct: bool):
@@ -96,12 +105,8 @@ class SaveRunner:
         written, failure = {}, None
         try:
             written = self._write_all(job)
-        except OSError as exc:
-            failure = {"rank": self.rank, "errno": exc.errno, "strerror": exc.strerror,
-                       "filename": str(exc.filename) if exc.filename else None}
         except Exception as exc:  # noqa: BLE001 - the other ranks wait for this rank's report
-            failure = {"rank": self.rank, "errno": None, "filename": None,
-                       "strerror": f"{type(exc).__name__}: {exc}"}
+            failure = failure_of(exc, self.rank)
         if failure is None and job.step == self.faults.crash_at and self.rank == 0:
             log.error("debug.crash_in_save_at_step=%d: SIGKILL before the manifest", job.step)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -118,7 +123,7 @@ class SaveRunner:
         if job.slot is not None:
             job.slot.ready()  # device-to-host copies landed (GPU); no-op on CPU
         chunk = content_hash.chunk_bytes_of(self.hashing)
-        written = {}
+        written, directories = {}, {job.tmp}
         for captured in job.files:
             captured.materialize()
             path = job.tmp / captured.rel
@@ -126,31 +131,43 @@ class SaveRunner:
                 self.faults.fail_write_at = -1
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
             path.parent.mkdir(parents=True, exist_ok=True)
+            directories.add(path.parent)
             chunks = self.writer.write_file(
                 str(path), captured.image.size, captured.image.segments(captured.buffers),
                 chunk_bytes=chunk, threads=self.threads, direct=self.direct)
             written[captured.rel] = content_hash.entry(captured.image.size, chunks)
+        for directory in sorted(directories, reverse=True):  # entries durable, deepest first
+            commit_io.fsync_dir(directory)
         return written
 
     def _commit(self, job: SaveJob, reports: list[dict]) -> dict:
+        """Rank 0. Always returns an outcome (the other ranks wait for it): a failure only
+        while nothing was renamed into place, so `latest` is untouched."""
         failures = [r["failure"] for r in reports if r["failure"] is not None]
         if failures:
-            shutil.rmtree(job.tmp, ignore_errors=True)  # `latest` never moved
+            shutil.rmtree(job.tmp, ignore_errors=True)
             return {"failure": failures[0]}
         entries = {rel: e for report in reports for rel, e in report["written"].items()}
+        final = commit_io.final_dir(job.tmp)
         try:
-            final = commit_io.commit(job.tmp, job.build_manifest(entries))
+            commit_io.commit(job.tmp, job.build_manifest(entries))
+        except Exception as exc:  # noqa: BLE001
+            if job.tmp.exists() or not (final / MANIFEST).is_file():
+                shutil.rmtree(job.tmp, ignore_errors=True)
+                return {"failure": failure_of(exc, 0)}
+            # Renamed with its manifest: committed. Only moving `latest` failed.
+            log.warning("committed %s but could not point `latest` at it: %s", final, exc)
+        try:
             removed = commit_io.apply_retention(self.root, self.keep_last)
-        except OSError as exc:
-            shutil.rmtree(job.tmp, ignore_errors=True)
-            return {"failure": {"rank": 0, "errno": exc.errno, "strerror": exc.strerror,
-                                "filename": str(exc.filename) if exc.filename else None}}
-        if removed:
-            log.info("retention removed %s", ", ".join(p.name for p in removed))
+            if removed:
+                log.info("retention removed %s", ", ".join(p.name for p in removed))
+        except OSError as exc:  # old checkpoints stay; the next save retries
+            log.warning("retention could not remove an old checkpoint: %s", exc)
         return {"final": str(final)}
 
     def _write_failed(self, job: SaveJob, failure: dict) -> CheckpointWriteFailed:
         exc = OSError(failure["errno"], failure["strerror"], failure["filename"])
+        exc.internal = failure["errno"] is None
         file = None
         if failure["filename"]:
             name = Path(failure["filename"])

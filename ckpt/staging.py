@@ -95,11 +95,16 @@ class StagingPool:
             if source.device.type == "cpu":
                 buffer.copy_(source)
             else:
+                compute = torch.cuda.current_stream(source.device)
                 with torch.cuda.stream(self._stream):  # overlaps with the next step's kernels
-                    self._stream.wait_stream(torch.cuda.current_stream(source.device))
+                    self._stream.wait_stream(compute)  # the state as of the save call
                     buffer.copy_(source, non_blocking=True)
+                # The source stays allocated until the copy ran, and the next step's
+                # in-place updates wait for it (the host thread does not).
+                source.record_stream(self._stream)
                 slot.event = torch.cuda.Event()
                 slot.event.record(self._stream)
+                compute.wait_event(slot.event)
             used.append(buffer)
             return buffer.untyped_storage()[buffer.storage_offset():buffer.storage_offset() + nbytes]
 

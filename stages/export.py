@@ -19,6 +19,7 @@ from pathlib import Path
 
 from core.errors import BatonError
 from ckpt import manifest as manifest_io
+from ckpt.commit import fresh_staging
 from ckpt.compat import read_meta
 
 CARD, PROVENANCE = "README.md", "baton_export.json"
@@ -54,14 +55,8 @@ def _fresh_target(out: Path) -> Path:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(out, "already exists and is not empty; pick a new directory (an "
                           "export is written whole or not at all)")
-    staging = out.with_name(f".{out.name}{STAGING_SUFFIX}")
-    shutil.rmtree(staging, ignore_errors=True)  # left by an interrupted export
-    try:
-        staging.mkdir(parents=True)
-    except OSError as exc:
-        raise ExportError(out, f"cannot create it ({exc.strerror or exc}); pick a directory "
-                          "you can write to") from None
-    return staging
+    return fresh_staging(out, STAGING_SUFFIX, lambda why: ExportError(
+        out, f"cannot create it ({why}); pick a directory you can write to"))
 
 
 def load_checkpoint_model(src: Path, manifest, meta: dict):

@@ -127,13 +127,14 @@ class StageWorker:
                         return "preempted"
             self.finish_step()
             if self.preemption.agreed():
-                self.save()
+                if not self.just_saved():
+                    self.save()
                 return "preempted"
         return "completed"
 
     def finish_step(self) -> None:
         s, p = self.cfg.stage, self.progress
-        self.ckpt.raise_if_failed()  # a background save that failed stops the run here
+        self.stop_if_a_save_failed()
         self.log_committed()
         loss_sum, tokens = self.window.reduce(self.world)
         p.step += 1
@@ -172,6 +173,20 @@ class StageWorker:
                            "mid_accumulation": mid_window})
         if not self.ckpt.asynchronous:
             self.files.log(f"saved checkpoint {path}")
+
+    def just_saved(self) -> bool:
+        """This very position is the last one saved (at the step boundary)."""
+        last = self.saved[-1] if self.saved else None
+        return bool(last) and last["step"] == self.progress.step and not last["mid_accumulation"]
+
+    def stop_if_a_save_failed(self) -> None:
+        """Ranks agree at each step boundary on whether any background save failed, so
+        all stop at the same step with the same error (`drain` waits for this rank's
+        saver to learn the outcome every rank shares, then raises it)."""
+        flag = torch.tensor([1 if self.ckpt.failed() else 0], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item():
+            self.ckpt.drain()
 
     def log_committed(self) -> None:
         """One line per asynchronous save committed since the last call."""

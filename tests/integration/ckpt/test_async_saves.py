@@ -89,9 +89,10 @@ def test_a_background_failure_surfaces_at_the_next_step_and_keeps_latest(state, 
     assert "No space left on device" in str(failed.value)
     assert read_latest(tmp_path).name == "step-000001"
     assert not (tmp_path / "step-000002.tmp").exists()
-    ck.save(3, _payload(3))  # the failure was reported once; saving goes on
+    with pytest.raises(CheckpointWriteFailed):  # no later save may move `latest` past it
+        ck.save(3, _payload(3))
     ck.close()
-    assert read_latest(tmp_path).name == "step-000003"
+    assert read_latest(tmp_path).name == "step-000001"
 
 
 def test_sync_and_async_saves_write_the_same_bytes(state, tmp_path):

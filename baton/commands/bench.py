@@ -1,0 +1,60 @@
+"""`baton bench ckpt [--size-gb X ...] [--rounds N] [--json PATH] [--plot PATH] [--quick]`:
+measure every checkpoint save method on the same state (docs/bench.md)."""
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+
+def add_arguments(parser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    ckpt = sub.add_parser("ckpt", help="time every checkpoint save method on the same state: "
+                          "stall, time until durable, bytes, peak extra memory, ratios")
+    ckpt.add_argument("--size-gb", type=float, nargs="+", default=None, metavar="X",
+                      help="state sizes in GB (fp32 weights + Adam moments); the largest is "
+                      "the main table, all form the size sweep (default: 0.25 0.5 1 2)")
+    ckpt.add_argument("--rounds", type=int, default=3, help="measured saves per method (>= 3)")
+    ckpt.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the results")
+    ckpt.add_argument("--plot", type=Path, default=None, metavar="PATH", help="write a PNG")
+    ckpt.add_argument("--quick", action="store_true",
+                      help="skip the checkpoint-every-step run on the large model")
+    ckpt.add_argument("--dir", type=Path, default=None, metavar="PATH",
+                      help="where to write checkpoints (default: the system temp directory)")
+
+
+def main(args) -> int:
+    from bench.options import DEFAULT_SIZES_GB, BenchOptions
+
+    options = BenchOptions(
+        sizes_gb=list(args.size_gb or DEFAULT_SIZES_GB), rounds=args.rounds,
+        json_path=args.json, plot_path=args.plot, quick=args.quick, workdir=args.dir,
+        overrides=list(args.overrides))
+    options.check()  # bad input fails before the config, the model or DeepSpeed load
+    from core.config import compose
+    from bench.console import stdout_to_stderr
+    from bench.mlflow_log import log_to_mlflow, tracking_uri
+    from bench.report import print_report
+    from bench.run import run_bench
+
+    uri = tracking_uri(compose(options.overrides))
+
+    with stdout_to_stderr():  # library chatter must not land between the tables
+        result = run_bench(options)
+    print_report(result)
+    # With MLflow on and no path given, the JSON and PNG are made only to be logged.
+    with tempfile.TemporaryDirectory(prefix="baton-bench-out-") as scratch:
+        files = [options.json_path or Path(scratch) / "bench-ckpt.json",
+                 options.plot_path or Path(scratch) / "bench-ckpt.png"]
+        write_outputs(result, *files)
+        if uri:
+            run_id = log_to_mlflow(uri, result, files)
+            print(f"[bench] logged to MLflow at {uri}: run {run_id}")
+    return 0
+
+
+def write_outputs(result: dict, json_path: Path, plot_path: Path) -> None:
+    from bench.plot import write_plot
+
+    json_path.write_text(json.dumps(result, indent=2) + "\n")
+    write_plot(result, plot_path)

@@ -1,0 +1,35 @@
+"""One in-process rank (world size 1, gloo) for DeepSpeed, baton and DCP to share.
+
+The stage workers get these variables from their launcher; the bench is its own launcher.
+"""
+from __future__ import annotations
+
+import os
+import socket
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def single_rank_environment() -> dict[str, str]:
+    """RANK/WORLD_SIZE/... for one local rank. CROSS_* are what DeepSpeed's FastPersist
+    writer factory reads to place writers on machines."""
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0",
+            "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_SIZE": "1", "CROSS_RANK": "0",
+            "CROSS_SIZE": "1"}
+
+
+def init_single_rank(parallel_cfg) -> None:
+    """Initialise torch.distributed once per process, as a stage worker does
+    (stages.engine_setup.init_distributed: one intra-op thread, deterministic kernels)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    os.environ.update(single_rank_environment())  # a bench is one rank, whatever the shell says
+    from stages.engine_setup import init_distributed
+    init_distributed(parallel_cfg)

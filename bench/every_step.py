@@ -1,0 +1,88 @@
+"""Checkpoint every step: training throughput with a baton save after every optimizer step,
+divided by the throughput with none, in alternating blocks on the same engine.
+
+A block with saves is timed from its first step to the return of its last save; the
+saves still in flight then are drained before the next block (a block without saves must
+not pay for them), so the figure is the steady state of a long run.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+from bench.console import progress, stdout_to_stderr
+from bench.methods.baton_checkpointer import payload, save_options
+from bench.training import TokenBatches, accumulation, train_steps
+
+
+class SavingTrainer:
+    """Optimizer steps on the bench state, with or without a baton save after each."""
+
+    def __init__(self, state, directory: Path, mode: str):
+        from ckpt.checkpointer import Checkpointer
+
+        self.engine, self.stage = state.engine, state.cfg.stage
+        self.options = save_options(state.cfg, mode)
+        self.batches = TokenBatches(self.stage, self.engine.module.config.vocab_size, seed=1)
+        self.tokens_per_step = self.batches.tokens * accumulation(self.engine)
+        self.checkpointer = Checkpointer(self.engine, directory, self.stage.name, state.layout,
+                                         keep_last=2, options=self.options)
+        self.step = 0
+
+    def train(self, steps: int) -> None:
+        train_steps(self.engine, self.stage, steps, self.batches)
+        self.step += steps
+
+    def train_and_save(self, steps: int) -> None:
+        for _ in range(steps):
+            self.train(1)
+            self.checkpointer.save(self.step, payload(self.step, self.tokens_per_step))
+
+
+def run_every_step(state, directory: Path, mode: str, steps_per_block: int, blocks: int,
+                   label: str) -> dict:
+    with stdout_to_stderr():
+        trainer = SavingTrainer(state, directory, mode)
+    try:
+        with stdout_to_stderr():
+            trainer.train_and_save(1)  # warm-up: the first save allocates the staging buffers
+            trainer.checkpointer.drain()
+        without, with_saves = [], []
+        for index in range(blocks):
+            with stdout_to_stderr():
+                without.append(_timed(trainer.train, steps_per_block))
+                with_saves.append(_timed(trainer.train_and_save, steps_per_block))
+                trainer.checkpointer.drain()
+            progress(f"{label} every-step block {index + 1}/{blocks} ({mode}): "
+                     f"{steps_per_block / without[-1]:.3g} steps/s without saves, "
+                     f"{steps_per_block / with_saves[-1]:.3g} with a save every step")
+    finally:
+        with stdout_to_stderr():
+            trainer.checkpointer.close()
+    return summary(trainer, state, steps_per_block, without, with_saves)
+
+
+def summary(trainer: SavingTrainer, state, steps_per_block: int, without: list[float],
+            with_saves: list[float]) -> dict:
+    stats = trainer.checkpointer.stats[1:]  # the warm-up save is not one of the measured
+    steps = steps_per_block * len(without)
+    return {
+        "mode": trainer.options.mode, "writer": trainer.options.writer, "params": state.params(),
+        "state_bytes": state.nbytes(), "steps_per_block": steps_per_block, "blocks": len(without),
+        "tokens_per_step": trainer.tokens_per_step,
+        "steps_per_s_without_saves": steps / sum(without),
+        "steps_per_s_with_saves": steps / sum(with_saves),
+        "throughput_ratio": sum(without) / sum(with_saves),
+        "block_ratios": [w / s for w, s in zip(without, with_saves)],
+        "step_s_median": statistics.median(without) / steps_per_block,
+        "save_stall_s_median": statistics.median(s["stall_s"] for s in stats),
+        "save_slot_wait_s_median": statistics.median(s["slot_wait_s"] for s in stats),
+        "save_durable_s_median": statistics.median(s["durable_s"] for s in stats),
+    }
+
+
+def _timed(work, steps: int) -> float:
+    start = time.perf_counter()
+    work(steps)
+    return time.perf_counter() - start

@@ -1,0 +1,1 @@
+"""The save methods the bench compares, each behind the contract of `base.SaveMethod`."""

@@ -1,0 +1,104 @@
+"""The tables on stdout: methods at the main size, loads, checkpoint-every-step, sweep."""
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+WIDE = 220  # piped output has no terminal width; keep rows on one line
+
+
+def seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def times(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}×"
+
+
+def pair(row: dict, key: str, fmt=seconds) -> str:
+    return f"{fmt(row.get(f'{key}_min'))}/{fmt(row.get(f'{key}_median'))}"
+
+
+def methods_table(result: dict) -> Table:
+    table = Table(title=f"Checkpoint saves, {result['settings']['main_size_gb']:g} GB state "
+                  f"({result['bounds'].get('bytes', 0) / 1e9:.3g} GB), min/median of "
+                  f"{result['settings']['rounds']} interleaved rounds")
+    for column in ("method", "stall s", "durable s", "GB", "peak +RSS GB (×state)",
+                   "stall ÷ memcpy", "tput ÷ write", "stall ÷ DS", "stall ÷ DCP async",
+                   "durable ÷ DS"):
+        table.add_column(column, justify="left" if column == "method" else "right",
+                         no_wrap=column == "method")
+    for row in result["bounds"].get("rows", []):
+        table.add_row(row["name"], pair(row, "stall_s"), pair(row, "durable_s"),
+                      f"{row['bytes'] / 1e9:.3g}", "", "", "", "", "", "", style="dim")
+    for row in result["methods"]:
+        table.add_row(
+            row["name"], pair(row, "stall_s"), pair(row, "durable_s"), f"{row['bytes'] / 1e9:.3g}",
+            f"{row['peak_extra_rss_bytes'] / 1e9:.3g} "
+            f"({row.get('peak_extra_rss_over_state', 0):.2f}×)",
+            pair(row, "stall_over_memcpy", times), pair(row, "throughput_over_write", times),
+            pair(row, "stall_over_deepspeed", times), pair(row, "stall_over_dcp_async", times),
+            pair(row, "durable_over_deepspeed", times))
+    return table
+
+
+def unavailable_lines(result: dict) -> list[str]:
+    return [f"unavailable here: {row['name']}: {row['reason']}" for row in result["unavailable"]]
+
+
+def load_lines(load: dict | None) -> list[str]:
+    if not load:
+        return ["verified load: not measured (no baton checkpoint was written)"]
+    return [f"verified load vs torch.load, {load['files']} files, {load['bytes'] / 1e9:.3g} GB: "
+            f"{pair(load, 'verified_load_s')} s vs {pair(load, 'torch_load_s')} s = "
+            f"{pair(load, 'verified_over_torch_load', times)} (min / median)"]
+
+
+def every_step_lines(every: dict) -> list[str]:
+    lines = []
+    for name, run in every.items():
+        if "skipped" in run:
+            lines.append(f"checkpoint every step, {name}: skipped ({run['skipped']})")
+            continue
+        lines.append(
+            f"checkpoint every step, {name} ({run['mode']}, {run['writer']} writer, "
+            f"{run['state_bytes'] / 1e9:.3g} GB): {run['throughput_ratio']:.3f}× the throughput "
+            f"without saves ({run['steps_per_s_with_saves']:.3g} vs "
+            f"{run['steps_per_s_without_saves']:.3g} steps/s; "
+            f"stall {run['save_stall_s_median']:.3g} s, "
+            f"step {run['step_s_median']:.3g} s)")
+    return lines
+
+
+def sweep_table(sweep: dict) -> Table | None:
+    points = sweep["points"]
+    if len(points) < 2:
+        return None
+    table = Table(title="Size sweep: stall/durable, median seconds")
+    table.add_column("method")
+    for point in points:
+        table.add_column(f"{point['state_bytes'] / 1e9:.3g} GB", justify="right")
+    names = [r["name"] for r in points[-1]["bounds"].get("rows", []) + points[-1]["methods"]]
+    for name in names:
+        cells = []
+        for point in points:
+            rows = {r["name"]: r for r in point["bounds"].get("rows", []) + point["methods"]}
+            row = rows.get(name)
+            cells.append("-" if row is None else
+                         f"{seconds(row['stall_s_median'])}/{seconds(row['durable_s_median'])}")
+        table.add_row(name, *cells)
+    return table
+
+
+def print_report(result: dict) -> None:
+    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else WIDE)
+    console.print(methods_table(result))
+    lines = (unavailable_lines(result) + load_lines(result["load"])
+             + every_step_lines(result["every_step"]))
+    for line in lines:
+        console.print(line, highlight=False)
+    sweep = sweep_table(result["sweep"])
+    if sweep is not None:
+        console.print(sweep)
