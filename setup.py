@@ -1,7 +1,7 @@
 """Builds the optional native checkpoint writer (csrc/); all other metadata is in pyproject.toml.
 
-The extension is optional: where it cannot be built (no compiler, no OpenSSL headers,
-no pybind11), `pip install` still succeeds and ckpt.writers falls back to the pure-Python
+The extension is optional: where it cannot be built (no compiler, no OpenSSL or xxhash
+headers, no pybind11), `pip install` still succeeds and ckpt.writers falls back to the pure-Python
 writer with a one-line notice. See docs/native_writer.md.
 """
 from setuptools import Extension, setup
@@ -17,7 +17,7 @@ def native_extensions() -> list[Extension]:
         "ckpt._native_writer",
         ["csrc/native_writer.cpp"],
         include_dirs=[pybind11.get_include()],
-        libraries=["crypto"],
+        libraries=["crypto", "xxhash"],  # OpenSSL sha256, libxxhash xxh3-128
         extra_compile_args=["-O3", "-std=c++17"],
         optional=True,
     )]

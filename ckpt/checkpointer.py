@@ -92,6 +92,9 @@ class SaveOptions:
     """native (csrc/, when built) | python | auto (native when built)."""
     max_in_flight: int = 1
     """Saves being written at once; one more waits for a free staging slot (counted as stall)."""
+    hash: str = "auto"
+    """Content hash of the manifest's chunks: auto (sha256 when manifests are signed,
+    else xxh3-128), sha256 or xxh3-128 (ckpt.content_hash says why)."""
     hash_threads: int = content_hash.DEFAULT_THREADS
     chunk_bytes: int = content_hash.CHUNK_BYTES
     direct: bool = False
@@ -120,7 +123,9 @@ class Checkpointer:
         # Its own group: the background thread's handshake never meets a training collective.
         group = dist.new_group(backend="gloo")
         self.writer = get_writer(self.options.writer)
-        self.hashing = content_hash.scheme(self.options.chunk_bytes)
+        from ckpt import signing
+        alg = content_hash.choose(self.options.hash, signed=signing.key_env() is not None)
+        self.hashing = content_hash.scheme(self.options.chunk_bytes, alg)
         self.runner = SaveRunner(self.writer, self.root, keep_last, group, self.rank, self.world,
                                  Faults(crash_in_save_at_step, fail_write_at_step), self.hashing,
                                  self.options.hash_threads, self.options.direct)

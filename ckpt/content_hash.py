@@ -1,29 +1,55 @@
-"""Content hashes of checkpoint files: sha256 per fixed-size chunk, computed in parallel.
+"""Content hashes of checkpoint files: a digest per fixed-size chunk, computed in parallel.
 
-One whole-file sha256 is a single serial pass (about 0.7 s/GB on one core here); a hash
-per chunk lets the writer hash slices while it writes them, on several threads, and lets
-a reader check a file while reading it. The manifest names the algorithm and the chunk
-size (`Manifest.hashing`), so either can change without breaking old checkpoints.
+One whole-file digest is a single serial pass; a digest per chunk lets the writer hash
+slices while it writes them, on several threads, and lets a reader check a file while
+reading it. The manifest names the algorithm and the chunk size (`Manifest.hashing`),
+so either can change without breaking old checkpoints.
 
-Why sha256 (measured on this repo's 2-core AMD EPYC, 1 GiB, see docs/async_checkpoints.md):
-with SHA-NI it runs at 1.4 GB/s per core through OpenSSL (hashlib and the native writer
-use the same code), 0.36 s/GiB on two threads, below the cost of reading or writing the
-bytes. BLAKE3 was twice as fast but is another dependency; xxh3 is 5x faster but not
-collision resistant, and a signed manifest (ckpt.signing) is only as strong as its hash.
+Two algorithms, chosen by measurement (2-core AMD EPYC, 1 GiB in memory; the table is
+in docs/async_checkpoints.md) and by what the manifest must prove:
+- `xxh3-128` (0.10 s/GiB on one core) when manifests are not signed. It detects any
+  corruption; collision resistance would buy nothing there, because whoever can change
+  a file can change an unsigned manifest too. It is the default, so hashing costs a
+  fraction of writing or reading the bytes.
+- `sha256` (OpenSSL with SHA-NI: 0.70 s/GiB on one core, 0.36 s on two) when manifests
+  are signed (ckpt.signing): a signature over the manifest binds the files only through
+  a collision-resistant hash.
+Both run in the Python twin (hashlib, xxhash) and the native writer (OpenSSL,
+libxxhash), and both release the GIL, so threads hash in parallel.
 """
 from __future__ import annotations
 
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
 
-ALG = "sha256"
+import xxhash
+
+SHA256, XXH3 = "sha256", "xxh3-128"
+ALGS = {SHA256: hashlib.sha256, XXH3: xxhash.xxh3_128}
+ALG = XXH3
 CHUNK_BYTES = 16 << 20
 DEFAULT_THREADS = 2
 
 
-def scheme(chunk_bytes: int = CHUNK_BYTES) -> dict:
+def hasher_for(alg: str):
+    """The constructor of a hash object for `alg` (update / hexdigest)."""
+    try:
+        return ALGS[alg]
+    except KeyError:
+        raise ValueError(f"unknown content hash {alg!r}; expected one of {', '.join(ALGS)}") from None
+
+
+def choose(requested: str, signed: bool) -> str:
+    """ckpt.hash: `auto` is sha256 for signed manifests, xxh3-128 otherwise."""
+    if requested == "auto":
+        return SHA256 if signed else XXH3
+    hasher_for(requested)
+    return requested
+
+
+def scheme(chunk_bytes: int = CHUNK_BYTES, alg: str = ALG) -> dict:
     """What `Manifest.hashing` records."""
-    return {"alg": ALG, "chunk_bytes": chunk_bytes}
+    return {"alg": alg, "chunk_bytes": chunk_bytes}
 
 
 def chunk_ranges(size: int, chunk_bytes: int) -> list[tuple[int, int]]:
@@ -33,22 +59,24 @@ def chunk_ranges(size: int, chunk_bytes: int) -> list[tuple[int, int]]:
     return [(start, min(start + chunk_bytes, size)) for start in range(0, size, chunk_bytes)]
 
 
-def digest(data) -> str:
-    """sha256 of one chunk (hashlib releases the GIL above 2 KiB: threads run in parallel)."""
-    return hashlib.sha256(data).hexdigest()
+def digest(data, alg: str = SHA256) -> str:
+    """The hex digest of one chunk (both libraries release the GIL on large inputs)."""
+    return hasher_for(alg)(data).hexdigest()
 
 
 def hash_chunks(data, chunk_bytes: int = CHUNK_BYTES, threads: int = DEFAULT_THREADS,
-                pool: ThreadPoolExecutor | None = None) -> list[str]:
+                pool: ThreadPoolExecutor | None = None, alg: str = ALG) -> list[str]:
     """Chunk digests of an in-memory buffer."""
     view = memoryview(data).cast("B")
     pieces = [view[a:b] for a, b in chunk_ranges(view.nbytes, chunk_bytes)]
+    one = hasher_for(alg)
+    work = lambda piece: one(piece).hexdigest()  # noqa: E731
     if threads <= 1 or len(pieces) == 1:
-        return [digest(p) for p in pieces]
+        return [work(p) for p in pieces]
     if pool is not None:
-        return list(pool.map(digest, pieces))
+        return list(pool.map(work, pieces))
     with ThreadPoolExecutor(threads, thread_name_prefix="baton-hash") as own:
-        return list(own.map(digest, pieces))
+        return list(own.map(work, pieces))
 
 
 # -- manifest entries ---------------------------------------------------------------
@@ -64,6 +92,10 @@ def chunk_bytes_of(hashing: dict | None) -> int:
     return int((hashing or {}).get("chunk_bytes") or CHUNK_BYTES)
 
 
+def alg_of(hashing: dict | None) -> str:
+    return (hashing or {}).get("alg") or SHA256
+
+
 def identity(file_entry: dict) -> str:
     """One string that is equal for two entries exactly when their recorded bytes are."""
     if "chunks" in file_entry:
@@ -76,7 +108,7 @@ def well_formed(file_entry, hashing) -> bool:
         return False
     if "chunks" in file_entry:
         chunks = file_entry["chunks"]
-        return (isinstance(hashing, dict) and hashing.get("alg") == ALG
+        return (isinstance(hashing, dict) and hashing.get("alg") in ALGS
                 and isinstance(hashing.get("chunk_bytes"), int) and hashing["chunk_bytes"] > 0
                 and isinstance(chunks, list) and all(isinstance(c, str) for c in chunks)
                 and len(chunks) == len(chunk_ranges(file_entry["size"], hashing["chunk_bytes"])))
@@ -89,10 +121,10 @@ def mismatch(file_entry: dict, hashing: dict | None, data) -> str | None:
     if view.nbytes != file_entry["size"]:
         return f"{view.nbytes} bytes read, {file_entry['size']} in the manifest"
     if "chunks" not in file_entry:
-        actual = digest(view)
+        actual = digest(view, SHA256)
         return None if actual == file_entry["sha256"] else (
             f"sha256 {actual[:16]}… read, {file_entry['sha256'][:16]}… in the manifest")
-    actual = hash_chunks(view, chunk_bytes_of(hashing))
+    actual = hash_chunks(view, chunk_bytes_of(hashing), alg=alg_of(hashing))
     return _first_bad_chunk(file_entry, hashing, actual)
 
 
@@ -101,7 +133,7 @@ def _first_bad_chunk(file_entry: dict, hashing: dict | None, actual: list[str]) 
         if got != want:
             start = index * chunk_bytes_of(hashing)
             return (f"chunk {index} (bytes {start}-{min(start + chunk_bytes_of(hashing), file_entry['size'])}) "
-                    f"sha256 {got[:16]}… read, {want[:16]}… in the manifest")
+                    f"{alg_of(hashing)} {got[:16]}… read, {want[:16]}… in the manifest")
     return None
 
 
@@ -122,7 +154,7 @@ def read_checked(path, file_entry: dict, hashing: dict | None,
             if got < end:
                 break
             if "chunks" in file_entry and pool is not None:
-                futures.append(pool.submit(digest, view[start:end]))
+                futures.append(pool.submit(digest, view[start:end], alg_of(hashing)))
         longer = got == size and handle.read(1)
     if got != size or longer:
         return buffer, (f"more than {size}" if longer else str(got)) + f" bytes read, {size} in the manifest"
@@ -135,4 +167,5 @@ def hash_file(path, hashing: dict, pool: ThreadPoolExecutor | None = None) -> di
     """The entry of a file on disk under `hashing` (files baton did not write itself)."""
     with open(path, "rb") as handle:
         data = handle.read()
-    return entry(len(data), hash_chunks(data, chunk_bytes_of(hashing), pool=pool))
+    return entry(len(data), hash_chunks(data, chunk_bytes_of(hashing), pool=pool,
+                                         alg=alg_of(hashing)))

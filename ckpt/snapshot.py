@@ -46,7 +46,7 @@ class Snapshot:
         if kind in (dict, OrderedDict):
             out = kind((key, self.copy(item)) for key, item in value.items())
             if getattr(value, "__dict__", None):  # a module state dict's `_metadata`
-                out.__dict__.update(copy.deepcopy(value.__dict__))
+                out.__dict__.update(self.copy(value.__dict__))
             return out
         if kind is list:
             if all(type(item) in _PLAIN for item in value):  # RNG states: 625 ints

@@ -34,12 +34,12 @@ class Slot:
     """The buffers of one in-flight save."""
 
     index: int
-    buffers: dict[str, list[torch.Tensor]] = field(default_factory=dict)
+    buffers: dict[str, list[torch.UntypedStorage]] = field(default_factory=dict)
     event: object = None
     """CUDA event recorded after the device-to-host copies (None on CPU)."""
 
     def nbytes(self) -> int:
-        return sum(b.numel() for per_file in self.buffers.values() for b in per_file)
+        return sum(b.nbytes() for per_file in self.buffers.values() for b in per_file)
 
     def ready(self) -> None:
         """Block until the copies into this slot have landed (no-op on CPU)."""
@@ -87,26 +87,26 @@ class StagingPool:
 
         def stage_one(storage: torch.UntypedStorage) -> torch.UntypedStorage:
             nbytes, index = storage.nbytes(), len(used)
-            if index < len(kept) and kept[index].numel() == nbytes:
-                buffer = kept[index]
+            if index < len(kept) and kept[index].nbytes() == nbytes:
+                staged = kept[index]
             else:
-                buffer = _aligned_empty(nbytes, pinned=self._gpu and storage.device.type == "cuda")
-            source = as_bytes(storage)
-            if source.device.type == "cpu":
-                buffer.copy_(source)
+                cuda = self._gpu and storage.device.type == "cuda"
+                buffer = _aligned_empty(nbytes, pinned=cuda)
+                # A storage of exactly these bytes (its own start, aligned), kept for reuse.
+                staged = buffer.untyped_storage()[buffer.storage_offset():buffer.storage_offset() + nbytes]
+            if storage.device.type == "cpu":
+                staged.copy_(storage)
             else:
-                compute = torch.cuda.current_stream(source.device)
+                compute = torch.cuda.current_stream(storage.device)
                 with torch.cuda.stream(self._stream):  # overlaps with the next step's kernels
                     self._stream.wait_stream(compute)  # the state as of the save call
-                    buffer.copy_(source, non_blocking=True)
-                # The source stays allocated until the copy ran, and the next step's
-                # in-place updates wait for it (the host thread does not).
-                source.record_stream(self._stream)
+                    staged.copy_(storage, non_blocking=True)
+                # The next step's in-place updates wait for the copy (the host does not).
                 slot.event = torch.cuda.Event()
                 slot.event.record(self._stream)
                 compute.wait_event(slot.event)
-            used.append(buffer)
-            return buffer.untyped_storage()[buffer.storage_offset():buffer.storage_offset() + nbytes]
+            used.append(staged)
+            return staged
 
         return stage_one
 

@@ -21,6 +21,7 @@
 #include <pybind11/stl.h>
 
 #include <openssl/evp.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
@@ -111,11 +112,54 @@ std::string hex(const unsigned char* md, unsigned int len) {
     return out;
 }
 
+enum class Alg { kSha256, kXxh3_128 };
+
+// One chunk's content hash, named as ckpt/content_hash.py names it ("sha256": OpenSSL,
+// SHA-NI where the CPU has it; "xxh3-128": libxxhash, canonical big-endian hex).
+class ChunkHasher {
+public:
+    explicit ChunkHasher(Alg alg) : alg_(alg) {}
+    ~ChunkHasher() {
+        if (sha_) EVP_MD_CTX_free(sha_);
+        if (xxh_) XXH3_freeState(xxh_);
+    }
+    bool ok() {
+        if (alg_ == Alg::kSha256) return (sha_ = EVP_MD_CTX_new()) != nullptr;
+        return (xxh_ = XXH3_createState()) != nullptr;
+    }
+    bool reset() {
+        if (alg_ == Alg::kSha256) return EVP_DigestInit_ex(sha_, EVP_sha256(), nullptr) == 1;
+        return XXH3_128bits_reset(xxh_) == XXH_OK;
+    }
+    bool update(const unsigned char* data, uint64_t len) {
+        if (alg_ == Alg::kSha256) return EVP_DigestUpdate(sha_, data, len) == 1;
+        return XXH3_128bits_update(xxh_, data, len) == XXH_OK;
+    }
+    bool hex_digest(std::string* out) {
+        if (alg_ == Alg::kSha256) {
+            unsigned char md[EVP_MAX_MD_SIZE];
+            unsigned int md_len = 0;
+            if (EVP_DigestFinal_ex(sha_, md, &md_len) != 1) return false;
+            *out = hex(md, md_len);
+            return true;
+        }
+        XXH128_canonical_t canonical;
+        XXH128_canonicalFromHash(&canonical, XXH3_128bits_digest(xxh_));
+        *out = hex(canonical.digest, sizeof(canonical.digest));
+        return true;
+    }
+
+private:
+    Alg alg_;
+    EVP_MD_CTX* sha_ = nullptr;
+    XXH3_state_t* xxh_ = nullptr;
+};
+
 class FileWriter {
 public:
     FileWriter(int fd, int direct_fd, uint64_t size, uint64_t chunk_bytes,
-               std::vector<Segment> segments)
-        : fd_(fd), direct_fd_(direct_fd), size_(size), chunk_bytes_(chunk_bytes),
+               std::vector<Segment> segments, Alg alg)
+        : alg_(alg), fd_(fd), direct_fd_(direct_fd), size_(size), chunk_bytes_(chunk_bytes),
           segments_(std::move(segments)),
           chunk_count_(size == 0 ? 1 : (size + chunk_bytes - 1) / chunk_bytes),
           digests_(chunk_count_) {}
@@ -141,21 +185,20 @@ public:
 
 private:
     void work() {
-        std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(),
-                                                                    &EVP_MD_CTX_free);
-        if (!ctx) return error_.set(ENOMEM);
+        ChunkHasher hasher(alg_);
+        if (!hasher.ok()) return error_.set(ENOMEM);
         while (error_.get() == 0) {
             uint64_t chunk = next_chunk_.fetch_add(1);
             if (chunk >= chunk_count_) return;
-            int err = write_chunk(chunk, ctx.get());
+            int err = write_chunk(chunk, &hasher);
             if (err != 0) return error_.set(err);
         }
     }
 
-    int write_chunk(uint64_t chunk, EVP_MD_CTX* ctx) {
+    int write_chunk(uint64_t chunk, ChunkHasher* hasher) {
         uint64_t start = chunk * chunk_bytes_;
         uint64_t end = std::min(start + chunk_bytes_, size_);
-        if (EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) != 1) return EIO;
+        if (!hasher->reset()) return EIO;
         for (size_t i = first_segment_at(start); i < segments_.size(); ++i) {
             const Segment& seg = segments_[i];
             if (seg.offset >= end) break;
@@ -166,13 +209,10 @@ private:
                 const unsigned char* data = seg.data + (pos - seg.offset);
                 int err = write_piece(data, len, pos);
                 if (err != 0) return err;
-                if (EVP_DigestUpdate(ctx, data, len) != 1) return EIO;
+                if (!hasher->update(data, len)) return EIO;
             }
         }
-        unsigned char md[EVP_MAX_MD_SIZE];
-        unsigned int md_len = 0;
-        if (EVP_DigestFinal_ex(ctx, md, &md_len) != 1) return EIO;
-        digests_[chunk] = hex(md, md_len);
+        if (!hasher->hex_digest(&digests_[chunk])) return EIO;
         // A hint only: a failure here would show again at fsync, which reports it.
         if (end > start) ::sync_file_range(fd_, start, end - start, SYNC_FILE_RANGE_WRITE);
         return 0;
@@ -197,6 +237,7 @@ private:
         return it == segments_.begin() ? 0 : static_cast<size_t>(it - segments_.begin() - 1);
     }
 
+    const Alg alg_;
     const int fd_;
     std::atomic<int> direct_fd_;
     const uint64_t size_, chunk_bytes_;
@@ -242,7 +283,7 @@ int open_direct(const std::string& path, int* err) {
 
 // Creates/truncates `path` and writes it; returns 0 or the first errno met.
 int write_all(const std::string& path, uint64_t size, std::vector<Segment> segs,
-              uint64_t chunk_bytes, unsigned threads, bool direct, bool fsync,
+              uint64_t chunk_bytes, unsigned threads, bool direct, bool fsync, Alg alg,
               std::vector<std::string>* digests) {
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return errno;
@@ -257,7 +298,7 @@ int write_all(const std::string& path, uint64_t size, std::vector<Segment> segs,
     }
     int direct_fd = (err == 0 && direct) ? open_direct(path, &err) : -1;
     if (err == 0) {
-        FileWriter writer(fd, direct_fd, size, chunk_bytes, std::move(segs));
+        FileWriter writer(fd, direct_fd, size, chunk_bytes, std::move(segs), alg);
         err = writer.run(threads);
         if (err == 0) *digests = writer.digests();
     }
@@ -269,7 +310,16 @@ int write_all(const std::string& path, uint64_t size, std::vector<Segment> segs,
 
 std::vector<std::string> write_file(const std::string& path, int64_t size,
                                     const py::sequence& segments, int64_t chunk_bytes,
-                                    int threads, bool direct, bool fsync) {
+                                    int threads, bool direct, bool fsync,
+                                    const std::string& alg) {
+    Alg chosen;
+    if (alg == "sha256") {
+        chosen = Alg::kSha256;
+    } else if (alg == "xxh3-128") {
+        chosen = Alg::kXxh3_128;
+    } else {
+        throw py::value_error("alg must be sha256 or xxh3-128, got " + alg);
+    }
     if (size < 0) throw py::value_error("size must be >= 0, got " + std::to_string(size));
     if (chunk_bytes <= 0) {
         throw py::value_error("chunk_bytes must be > 0, got " + std::to_string(chunk_bytes));
@@ -283,7 +333,7 @@ std::vector<std::string> write_file(const std::string& path, int64_t size,
         py::gil_scoped_release no_gil;
         err = write_all(path, static_cast<uint64_t>(size), std::move(segs),
                         static_cast<uint64_t>(chunk_bytes), static_cast<unsigned>(threads),
-                        direct, fsync, &digests);
+                        direct, fsync, chosen, &digests);
     }
     if (err != 0) {
         errno = err;
@@ -296,9 +346,10 @@ std::vector<std::string> write_file(const std::string& path, int64_t size,
 }  // namespace
 
 PYBIND11_MODULE(_native_writer, m) {
-    m.doc() = "Multi-threaded pwrite + per-chunk sha256 of one checkpoint file (GIL released).";
+    m.doc() = "Multi-threaded pwrite + per-chunk content hash of one checkpoint file (GIL released).";
     m.def("write_file", &write_file, py::arg("path"), py::arg("size"), py::arg("segments"),
           py::arg("chunk_bytes"), py::arg("threads"), py::arg("direct"), py::arg("fsync"),
+          py::arg("alg") = "sha256",
           "Write `segments` [(offset, buffer)] covering [0, size) to `path`; return the "
-          "sha256 hex digest of every chunk of chunk_bytes.");
+          "hex digest (sha256 or xxh3-128) of every chunk of chunk_bytes.");
 }

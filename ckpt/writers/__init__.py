@@ -41,4 +41,4 @@ def get_writer(name: str = "auto") -> Writer:
 @functools.cache  # the reason never changes within a process: one line, once
 def _log_fallback_once(reason: str) -> None:
     log.warning("native checkpoint writer unavailable (%s); using the Python writer "
-                "(rebuild with `pip install -e .`, needs g++ and OpenSSL headers)", reason)
+                "(rebuild with `pip install -e .`, needs g++, libssl-dev and libxxhash-dev)", reason)

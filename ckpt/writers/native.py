@@ -10,6 +10,7 @@ import functools
 import os
 from typing import Sequence
 
+from ckpt.content_hash import ALG, hasher_for
 from ckpt.writers.segments import check_arguments, checked_views
 
 
@@ -31,8 +32,9 @@ class NativeWriter:
 
     def write_file(self, path, size: int, segments: Sequence[tuple[int, object]], *,
                    chunk_bytes: int, threads: int, direct: bool = False,
-                   fsync: bool = True) -> list[str]:
+                   fsync: bool = True, alg: str = ALG) -> list[str]:
         check_arguments(size, chunk_bytes, threads)
+        hasher_for(alg)  # the same refusal of an unknown algorithm as the twin
         views = checked_views(size, segments)  # held here until the call returns
         return self._extension.write_file(os.fspath(path), size, views, chunk_bytes,
-                                          threads, direct, fsync)
+                                          threads, direct, fsync, alg)

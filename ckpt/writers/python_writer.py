@@ -12,7 +12,6 @@ import bisect
 import ctypes
 import errno
 import functools
-import hashlib
 import os
 import stat
 import threading
@@ -22,6 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from ckpt.content_hash import chunk_ranges
+from ckpt.content_hash import ALG, hasher_for
 from ckpt.writers.base import ALIGN, PIECE_BYTES
 from ckpt.writers.segments import check_arguments, checked_views
 
@@ -33,26 +33,27 @@ class PythonWriter:
 
     def write_file(self, path, size: int, segments: Sequence[tuple[int, object]], *,
                    chunk_bytes: int, threads: int, direct: bool = False,
-                   fsync: bool = True) -> list[str]:
+                   fsync: bool = True, alg: str = ALG) -> list[str]:
         check_arguments(size, chunk_bytes, threads)
+        new_hasher = hasher_for(alg)
         views = checked_views(size, segments)
         path = os.fspath(path)
         try:
-            return _write(path, size, views, chunk_bytes, threads, direct, fsync)
+            return _write(path, size, views, chunk_bytes, threads, direct, fsync, new_hasher)
         except OSError as exc:
             if exc.filename is not None:
                 raise
             raise OSError(exc.errno, exc.strerror, path) from exc
 
 
-def _write(path, size, views, chunk_bytes, threads, direct, fsync) -> list[str]:
+def _write(path, size, views, chunk_bytes, threads, direct, fsync, new_hasher) -> list[str]:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     direct_fd = -1
     try:
         if stat.S_ISREG(os.fstat(fd).st_mode):  # a device such as /dev/full has no size
             os.ftruncate(fd, size)  # inside i_size, parallel O_DIRECT writes share a lock
         direct_fd = _open_direct(path) if direct else -1
-        job = _FileJob(fd, direct_fd, views, chunk_ranges(size, chunk_bytes))
+        job = _FileJob(fd, direct_fd, views, chunk_ranges(size, chunk_bytes), new_hasher)
         digests = job.run(threads)
         if fsync:
             os.fsync(fd)
@@ -76,8 +77,9 @@ def _open_direct(path: str) -> int:
 class _FileJob:
     """One file's chunks, written by whichever thread takes each."""
 
-    def __init__(self, fd: int, direct_fd: int, views, ranges):
+    def __init__(self, fd: int, direct_fd: int, views, ranges, new_hasher):
         self.fd, self.direct_fd, self.ranges = fd, direct_fd, ranges
+        self.new_hasher = new_hasher
         self.views = views
         self.starts = [offset for offset, _ in views]
         self.addresses = [_address(v) for _, v in views] if direct_fd >= 0 else None
@@ -100,7 +102,7 @@ class _FileJob:
             raise
 
     def _write_chunk(self, start: int, end: int) -> str:
-        sha = hashlib.sha256()
+        sha = self.new_hasher()
         first = max(0, bisect.bisect_right(self.starts, start) - 1)
         for i in range(first, len(self.views)):
             seg_offset, view = self.views[i]

@@ -142,6 +142,10 @@ class CkptConfig:
     max_in_flight: int = 1
     """Asynchronous saves being written at once (one staging copy each); a save beyond it
     waits for a free slot, and that wait is reported as stall."""
+    hash: str = "auto"
+    """Content hash per 16 MiB chunk in the manifest: auto (sha256 when manifests are
+    signed, xxh3-128 otherwise: it detects corruption at a tenth of sha256's cost), sha256
+    or xxh3-128 (docs/async_checkpoints.md)."""
     hash_threads: int = 2
     """Threads that write and hash chunks of a file in parallel."""
     direct: bool = False

@@ -78,6 +78,8 @@ def _ckpt_problems(c) -> list[str]:
     if c.max_in_flight < 1:
         found.append(f"ckpt.max_in_flight={c.max_in_flight}: expected >= 1 (saves written at "
                      "once; each holds one staging copy of the state)")
+    if c.hash not in ("auto", "sha256", "xxh3-128"):
+        found.append(f"ckpt.hash={c.hash!r}: expected auto, sha256 or xxh3-128")
     if c.hash_threads < 1:
         found.append(f"ckpt.hash_threads={c.hash_threads}: expected >= 1")
     return found

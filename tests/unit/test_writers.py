@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import xxhash
 
-from ckpt.content_hash import hash_chunks
+from ckpt.content_hash import ALG, hash_chunks
 from ckpt.writers import get_writer, native_unavailable_reason
 from ckpt.writers.base import ALIGN, PIECE_BYTES
 from ckpt.writers.compare import bench_writers
@@ -27,7 +28,8 @@ EXTENSION, WHY_NOT_NATIVE = load_extension()
 WRITERS = [PythonWriter()] + ([NativeWriter(EXTENSION)] if EXTENSION else [])
 needs_native = pytest.mark.skipif(EXTENSION is None,
                                   reason=f"ckpt._native_writer is not built: {WHY_NOT_NATIVE}")
-EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()
+ALGS = ["sha256", "xxh3-128"]
+EMPTY_DIGEST = {"sha256": hashlib.sha256(b"").hexdigest(), "xxh3-128": xxhash.xxh3_128(b"").hexdigest()}
 
 
 def write_with_each(directory: Path, size: int, segments, **options) -> bytes:
@@ -37,7 +39,8 @@ def write_with_each(directory: Path, size: int, segments, **options) -> bytes:
         path = directory / f"{writer.name}.bin"
         digests = writer.write_file(str(path), size, segments, **options)
         data = path.read_bytes()
-        assert digests == hash_chunks(data, options["chunk_bytes"], threads=1), writer.name
+        alg = options.get("alg", ALG)
+        assert digests == hash_chunks(data, options["chunk_bytes"], threads=1, alg=alg), writer.name
         files[writer.name] = data
     assert len(set(files.values())) == 1, "the writers wrote different bytes"
     return files["python"]
@@ -66,13 +69,14 @@ def aligned_array(nbytes: int, fill: int) -> np.ndarray:
     return out
 
 
+@pytest.mark.parametrize("alg", ALGS)
 @pytest.mark.parametrize("threads", [1, 4])
 @pytest.mark.parametrize("chunk_bytes", [4096, (64 << 10) + 7, 16 << 20])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_random_layouts_give_the_same_bytes_and_digests(tmp_path, seed, chunk_bytes, threads):
+def test_random_layouts_give_the_same_bytes_and_digests(tmp_path, seed, chunk_bytes, threads, alg):
     data, segments = random_layout(seed, 1 << 20)
     written = write_with_each(tmp_path, len(data), segments, chunk_bytes=chunk_bytes,
-                              threads=threads)
+                              threads=threads, alg=alg)
     assert written == data
 
 
@@ -85,12 +89,14 @@ def test_a_segment_longer_than_a_write_piece_is_written_whole(tmp_path, chunk_by
     assert written == b"head" + big.tobytes() + b"tail"
 
 
+@pytest.mark.parametrize("alg", ALGS)
 @pytest.mark.parametrize("segments", [[], [(0, b"")]], ids=["no-segment", "empty-segment"])
-def test_an_empty_file_has_one_empty_chunk(tmp_path, segments):
+def test_an_empty_file_has_one_empty_chunk(tmp_path, segments, alg):
     for writer in WRITERS:
         path = tmp_path / f"{writer.name}.bin"
         path.write_bytes(b"old content")
-        assert writer.write_file(str(path), 0, segments, chunk_bytes=16, threads=4) == [EMPTY_DIGEST]
+        assert writer.write_file(str(path), 0, segments, chunk_bytes=16, threads=4,
+                                 alg=alg) == [EMPTY_DIGEST[alg]]
         assert path.read_bytes() == b""
 
 
@@ -216,8 +222,15 @@ def test_auto_picks_the_native_writer_where_it_is_built():
         pytest.skip("BATON_ALLOW_NO_NATIVE=1: this machine may lack the native writer")
     assert get_writer("auto").name == "native", (
         f"the native writer did not build at install ({native_unavailable_reason()}); "
-        "rebuild with `pip install -e .` (needs g++ and OpenSSL headers)")
+        "rebuild with `pip install -e .` (needs g++, libssl-dev and libxxhash-dev)")
     assert get_writer("python").name == "python"
+
+
+def test_an_unknown_hash_is_refused_by_both_writers(tmp_path):
+    for writer in WRITERS:
+        with pytest.raises(ValueError, match="unknown content hash 'md5'"):
+            writer.write_file(str(tmp_path / "x.bin"), 1, [(0, b"x")], chunk_bytes=16,
+                              threads=1, alg="md5")
 
 
 def test_an_unknown_writer_name_is_refused():

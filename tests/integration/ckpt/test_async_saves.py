@@ -104,3 +104,20 @@ def test_sync_and_async_saves_write_the_same_bytes(state, tmp_path):
     a, b = (manifest_io.verify(paths[m]) for m in ("sync", "async"))
     model_files = [rel for rel in a.files if rel.endswith(".pt")]
     assert model_files and all(a.files[rel] == b.files[rel] for rel in model_files)
+
+
+def test_signed_manifests_hash_with_sha256_and_unsigned_with_xxh3(state, tmp_path, monkeypatch):
+    from ckpt import signing
+
+    monkeypatch.setenv("BATON_TEST_KEY", "k" * 64)
+    algs = {}
+    for name, key_env in (("unsigned", None), ("signed", "BATON_TEST_KEY")):
+        signing.configure(key_env)
+        try:
+            ck = _checkpointer(state, tmp_path / name, mode="async", writer="auto")
+            path = ck.save(1, _payload(1))
+            ck.close()
+            algs[name] = manifest_io.verify(path).hashing["alg"]
+        finally:
+            signing.configure(None)
+    assert algs == {"unsigned": "xxh3-128", "signed": "sha256"}
