@@ -84,6 +84,19 @@ def run_interleaved(methods: list[SaveMethod], state, root, rounds: int, label: 
 
 
 def _interleaved(methods: list[SaveMethod], state, root, rounds: int, label: str) -> Outcome:
+    shared = [m for m in methods if not m.isolated]
+    outcome = _rounds(shared, state, root, rounds, label)
+    for method in (m for m in methods if m.isolated):
+        alone = _rounds([method], state, root, rounds, f"{label} (alone)")
+        close_quietly(method)  # its writer process would slow whatever runs next
+        outcome.measured += alone.measured
+        outcome.unavailable += alone.unavailable
+    order = {m.name: i for i, m in enumerate(methods)}
+    outcome.measured.sort(key=lambda m: order[m.name])
+    return outcome
+
+
+def _rounds(methods: list[SaveMethod], state, root, rounds: int, label: str) -> Outcome:
     ready, unavailable = _prepare_all(methods, state, root, label)
     for index in range(rounds):
         shift = index % max(len(ready), 1)

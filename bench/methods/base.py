@@ -23,6 +23,10 @@ class SaveMethod:
     name: str = ""
     bound: bool = False
     """A bound (memcpy, raw write) rather than a checkpoint method."""
+    isolated: bool = False
+    """Keeps a writer process busy between saves (DeepSpeed's decoupled engine, DCP's
+    process-based async_save): measured alone, after the interleaved methods, and closed
+    at once, so its background work does not slow the others down."""
 
     def __init__(self):
         self.state = None

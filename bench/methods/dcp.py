@@ -33,6 +33,7 @@ class DcpAsyncSave(SaveMethod):
         super().__init__()
         self.variant = variant
         self.name = NAMES[variant]
+        self.isolated = variant == PROCESS
         self.stager = self.future = None
 
     def prepare(self, state, directory) -> None:

@@ -57,6 +57,7 @@ class DeepSpeedSave(SaveMethod):
     def __init__(self, writer: str | None = None, decoupled: bool = False):
         super().__init__()
         self.writer, self.decoupled = writer, decoupled
+        self.isolated = decoupled
         if writer is None:
             self.name = ANCHOR_DEEPSPEED
         else:
