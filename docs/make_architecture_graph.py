@@ -23,9 +23,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import FancyBboxPatch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("baton", "flows", "lineage", "handoff", "stages", "ckpt", "core")  # top first
+# top first; bench and flows share one layer in the contract (neither imports the other),
+# drawn here as two rows, bench above flows
+LAYERS = ("baton", "bench", "flows", "lineage", "handoff", "stages", "ckpt", "core")
 ROLE = {
     "baton": "commands: one module per verb",
+    "bench": "baton bench ckpt: methods, bounds, runs",
     "flows": "Prefect wiring only",
     "lineage": "store, models, queries, MLflow view",
     "handoff": "selection, diagnostics, carry, reshard, rerun verdict",
