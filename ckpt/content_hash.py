@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import xxhash
 
 SHA256, XXH3 = "sha256", "xxh3-128"
@@ -138,13 +139,16 @@ def _first_bad_chunk(file_entry: dict, hashing: dict | None, actual: list[str]) 
 
 
 def read_checked(path, file_entry: dict, hashing: dict | None,
-                 pool: ThreadPoolExecutor | None = None) -> tuple[bytearray, str | None]:
+                 pool: ThreadPoolExecutor | None = None) -> tuple[np.ndarray, str | None]:
     """Read a file once into one buffer, hashing each chunk on `pool` while the next is read.
-    Returns (bytes, problem): problem is None when the bytes are what the entry records.
-    Never reads more than the recorded size plus one byte."""
+    Returns (bytes as a uint8 array, problem): problem is None when the bytes are what the
+    entry records. Never reads more than the recorded size plus one byte.
+
+    The buffer is `np.empty`, not `bytearray(size)`: a bytearray is zero-filled first,
+    which cost more than reading the file (0.42 s of 0.7 s for 0.5 GB here)."""
     size = file_entry["size"]
     step = chunk_bytes_of(hashing) if "chunks" in file_entry else 1 << 24
-    buffer = bytearray(size)
+    buffer = np.empty(size, dtype=np.uint8)
     view = memoryview(buffer)
     futures, got = [], 0
     with open(path, "rb", buffering=0) as handle:

@@ -83,7 +83,7 @@ class BatonCheckpointEngine(CheckpointEngine):
         self.directory, self._expected = Path(directory), manifest
         self._reader = CheckpointReader(directory, manifest)
 
-    def read_verified(self, path: Path) -> bytes:
+    def read_verified(self, path: Path):
         """The file's bytes, read once and checked against the manifest."""
         if self._expected is None:
             raise NotACheckpoint(path, "load attempted without a verified manifest")
@@ -97,4 +97,4 @@ class BatonCheckpointEngine(CheckpointEngine):
         return load_verified_bytes(self.read_verified(Path(path)), path, map_location)
 
     def load_json(self, path: Path):
-        return json.loads(self.read_verified(path))
+        return json.loads(self.read_verified(path).tobytes())

@@ -48,9 +48,9 @@ class CheckpointReader:
         return CorruptCheckpoint(self.directory, [
             f"checksum mismatch in {rel}: {problem} (corrupted, or changed after it was written)"])
 
-    def bytes(self, rel: str) -> bytearray:
-        """The file's bytes, read once and hashed while read (chunks in parallel); never
-        more than the manifest's size plus one byte."""
+    def bytes(self, rel: str):
+        """The file's bytes (a uint8 numpy array, bytes-like), read once and hashed while
+        read (chunks in parallel); never more than the manifest's size plus one byte."""
         data, problem = content_hash.read_checked(self.directory / rel, self.entry(rel),
                                                   self.manifest.hashing, _hash_pool())
         if problem:
@@ -58,7 +58,7 @@ class CheckpointReader:
         return data
 
     def json(self, rel: str):
-        return json.loads(self.bytes(rel))
+        return json.loads(self.bytes(rel).tobytes())
 
     def torch(self, rel: str, map_location="cpu"):
         """A weights_only load of the checked bytes (ckpt.safe_load)."""
@@ -73,7 +73,7 @@ class CheckpointReader:
             return load(bytes(self.bytes(rel)))  # safetensors takes bytes only
         if safe_load.is_pickle_name(rel):
             return self.torch(rel)
-        return self.bytes(rel)
+        return bytes(self.bytes(rel))
 
     def copy(self, rel: str, dest: Path) -> None:
         """Write the checked bytes to `dest`. A pickle must also pass the allow-list scan

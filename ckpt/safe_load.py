@@ -83,7 +83,7 @@ def unsafe_globals(source: bytes | Path) -> list[str]:
     pickle opcodes only: nothing is built and no tensor data is read."""
     import torch
 
-    handle = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else str(source)
+    handle = str(source) if isinstance(source, (str, Path)) else io.BytesIO(source)
     try:
         found = torch.serialization.get_unsafe_globals_in_checkpoint(handle)
         return sorted(set(found) - set(DEEPSPEED_ALLOWED))
@@ -133,11 +133,13 @@ def load_verified_bytes(data: bytes, path, map_location="cpu"):
 
     from ckpt.errors import UnreadablePayload, UnsafeCheckpoint
 
+    import numpy as np
+
     from ckpt.buffer_load import BufferFile, load_weights_only
 
     allow_deepspeed_globals()
     try:
-        if isinstance(data, bytearray):  # ours alone: its storages can be sliced, not copied
+        if isinstance(data, (bytearray, np.ndarray)):  # ours alone: storages are slices of it
             return load_weights_only(data, map_location)
         return torch.load(BufferFile(data), map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
