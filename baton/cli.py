@@ -26,6 +26,7 @@ COMMANDS = {
     "db": ("baton.commands.db", "upgrade | current: manage the lineage schema"),
     "ui": ("baton.commands.ui", "start the MLflow UI on 127.0.0.1 against the run's store"),
     "rerun": ("baton.commands.rerun", "re-run a stage from a recorded handoff and compare"),
+    "rl": ("baton.commands.rl", "replay: re-apply journaled RL steps and compare | journal show"),
     "config": ("baton.commands.config", "print the resolved config for the given overrides"),
     "bench": ("baton.commands.bench", "ckpt: time every checkpoint save method on the same state"),
 }

@@ -85,7 +85,32 @@ class Recording:
             if stage_run.mlflow_run_id:
                 self.mlflow.log_checkpoint(stage_run.mlflow_run_id, ckpt, path / manifest_io.MANIFEST)
             recorded.append(ckpt)
+        if stage_run.stage == "rl":
+            self.rl_journal(stage_run, run_dir)
         return recorded
+
+    def rl_journal(self, stage_run, run_dir: Path) -> None:
+        """Index every committed journal segment (checked against its manifest) and record
+        each role event in lineage and MLflow."""
+        from ckpt import journal
+        from stages.rl_steps import journal_root
+
+        root = journal_root(run_dir)
+        segments, events = [], []
+        for step in journal.committed_steps(root):
+            records, _ = journal.read_segment(root, step)
+            seg = journal.segment_dir(root, step)
+            checksum = manifest_io.checksum_of(seg / journal.MANIFEST)
+            self.store.record_journal_segment(stage_run.id, step, step, str(seg), checksum,
+                                              len(records["samples"]))
+            segments.append({"step": step, "path": str(seg), "manifest_sha256": checksum,
+                             "samples": len(records["samples"])})
+            for event in records["events"]:
+                role = event.get("role") or ("rollout" if event["kind"] == "weight_sync" else "trainer")
+                self.store.record_event(stage_run.id, role, event["kind"], step=step, detail=event)
+                events.append({"step": step, **event})
+        if stage_run.mlflow_run_id and segments:
+            self.mlflow.log_rl_journal(stage_run.mlflow_run_id, segments, events)
 
     def finish_stage(self, stage_run_id: int, status: str) -> None:
         run = self.store.finish_stage_run(stage_run_id, status)

@@ -169,6 +169,19 @@ class MlflowLineage:
                 for k, v in numeric.items()])
         return model.model_id
 
+    def log_rl_journal(self, run_id: str, segments: list[dict], events: list[dict]) -> None:
+        """The RL journal's index and every role event (weight syncs, failures, retries,
+        restarts) as `rl/journal.json`, plus per-step counts of failures and retries."""
+        from mlflow.entities import Metric
+        self.client.log_dict(run_id, {"segments": segments, "events": events}, "rl/journal.json")
+        now, metrics = int(time.time() * 1000), []
+        for segment in segments:
+            for kind in ("role_failure", "retry", "trainer_restart"):
+                count = sum(1 for e in events if e["step"] == segment["step"] and e["kind"] == kind)
+                metrics.append(Metric(f"rl_{kind}s", float(count), now, segment["step"]))
+        for i in range(0, len(metrics), 900):  # MLflow takes at most 1000 metrics per batch
+            self.client.log_batch(run_id, metrics=metrics[i:i + 900])
+
     def _log_model_files(self, model, checkpoint: r.Checkpoint, manifest_path) -> None:
         # Only small metadata travels: the MLmodel stub that marks the model external,
         # the manifest and the lineage record. The weights stay at checkpoint.path.
@@ -243,6 +256,9 @@ class NullMlflowLineage:
         return ""
 
     def log_handoff(self, downstream_run_id, handoff, chosen_model_id, *, primary=True) -> None:
+        pass
+
+    def log_rl_journal(self, run_id, segments, events) -> None:
         pass
 
     def log_lineage_graph(self, parent_run_id, store, pipeline_id) -> None:

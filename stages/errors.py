@@ -23,3 +23,20 @@ class KlStateMismatch(BatonError):
         self.found, self.expected = found, expected
         super().__init__(f"KL controller state is {found!r}, this run uses {expected!r}; keep "
                          "stage.kl_target as it was when the checkpoint was saved")
+
+
+class StageFailed(BatonError):
+    """`infrastructure`: the workers died without a Python error (killed, lost rendezvous);
+    only those failures are worth retrying. `cause`: what a worker reported, in its words."""
+
+    def __init__(self, stage: str, returncode: int, log_hint: str, infrastructure: bool = False,
+                 cause: str | None = None, reason: str | None = None):
+        self.stage, self.returncode, self.infrastructure = stage, returncode, infrastructure
+        self.cause = cause
+        if cause:
+            super().__init__(f"stage '{stage}' failed: {cause}. ({log_hint})")
+            return
+        kind = (f"{reason or 'killed, out of memory or lost rendezvous'}: an infrastructure "
+                "failure" if infrastructure else "error in the stage")
+        super().__init__(f"stage '{stage}' workers exited with code {returncode} without a "
+                         f"result ({kind}); {log_hint}")

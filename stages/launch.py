@@ -16,8 +16,8 @@ from pathlib import Path
 
 from core.config.compose import as_dict, config_hash
 from core.config.schema import BatonConfig
-from core.errors import BatonError
 from ckpt.layout import checkpoints_dir, stage_dir
+from stages.errors import StageFailed
 from stages.preflight import check_stage_inputs
 from stages.lifeline import torchrun_command, write_launch_file
 from stages.run_files import RESULT
@@ -25,23 +25,6 @@ from stages.run_lock import stage_lock
 from stages.worker_output import WorkerOutput, killed_by_signal, python_error
 
 ERROR_FILE = "worker_error.json"
-
-
-class StageFailed(BatonError):
-    """`infrastructure`: the workers died without a Python error (killed, lost rendezvous);
-    only those failures are worth retrying. `cause`: what a worker reported, in its words."""
-
-    def __init__(self, stage: str, returncode: int, log_hint: str, infrastructure: bool = False,
-                 cause: str | None = None, reason: str | None = None):
-        self.stage, self.returncode, self.infrastructure = stage, returncode, infrastructure
-        self.cause = cause
-        if cause:
-            super().__init__(f"stage '{stage}' failed: {cause}. ({log_hint})")
-            return
-        kind = (f"{reason or 'killed, out of memory or lost rendezvous'}: an infrastructure "
-                "failure" if infrastructure else "error in the stage")
-        super().__init__(f"stage '{stage}' workers exited with code {returncode} without a "
-                         f"result ({kind}); {log_hint}")
 
 
 @dataclass
@@ -77,13 +60,24 @@ def launch_stage(cfg: BatonConfig, model_dir: Path, parent: dict | None = None, 
     The stage directory's lock (stages.run_lock) is held from before launch.json is
     written until the workers are gone: a second launch there is refused at once."""
     with stage_lock(stage_dir(cfg.run.dir, cfg.stage.name)):
-        return _launch_locked(cfg, model_dir, parent, inputs_checked)
+        if not inputs_checked:
+            check_stage_inputs(cfg)  # model.path and starting checkpoints, before any worker
+        if cfg.stage.name == "rl" and cfg.rl.replay_journal is None:
+            # RL roles (rollout, reward) run as Ray actors beside the trainer workers.
+            from stages.rl_roles.launcher import run_with_roles
+            return run_with_roles(cfg, model_dir,
+                                  lambda c, env: _launch_locked(c, model_dir, parent, env),
+                                  lambda line: _note(cfg, line))
+        return _launch_locked(cfg, model_dir, parent, {})
+
+
+def _note(cfg: BatonConfig, line: str) -> None:
+    from stages.run_files import RunFiles
+    RunFiles(stage_dir(cfg.run.dir, cfg.stage.name), True).log(line)
 
 
 def _launch_locked(cfg: BatonConfig, model_dir: Path, parent: dict | None,
-                   inputs_checked: bool) -> StageResult:
-    if not inputs_checked:
-        check_stage_inputs(cfg)  # model.path and starting checkpoints, before any worker
+                   extra_env: dict) -> StageResult:
     directory = stage_dir(cfg.run.dir, cfg.stage.name)
     directory.mkdir(parents=True, exist_ok=True)
     launch_file = directory / "launch.json"
@@ -97,7 +91,8 @@ def _launch_locked(cfg: BatonConfig, model_dir: Path, parent: dict | None,
     command = torchrun_command(cfg.parallel.world_size, "stages.worker", launch_file)
     # torchrun's @record writes a worker's Python exception here; its absence after a
     # failure means the workers were killed or never met (infrastructure).
-    process = subprocess.Popen(command, env={**worker_env(), **binding, "TORCHELASTIC_ERROR_FILE": str(error_file)},
+    process = subprocess.Popen(command, env={**worker_env(), **extra_env, **binding,
+                                             "TORCHELASTIC_ERROR_FILE": str(error_file)},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     output = WorkerOutput(directory)
     output.start(process)

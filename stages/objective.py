@@ -45,6 +45,10 @@ class CausalLMObjective:
     def setup(self, model_dir) -> None:
         """Load frozen helper models (RL: reference, reward model); nothing for LM stages."""
 
+    def bind(self, cfg, sampler, run_dir) -> None:
+        """Told the run's config, sampler and directory once they exist (RL: its journal
+        and roles); nothing for LM stages."""
+
     def at_step(self, step: int) -> None:
         """Told the optimizer step before each micro-step (RL seeds its rollouts with it)."""
 

@@ -1,27 +1,25 @@
 """RL: GRPO-style group policy optimisation against a frozen reference policy.
 
-Per prompt: sample `group_size` completions from the current policy, score them
-(checker and/or reward model), normalise rewards within the group into advantages,
+Per prompt: `group_size` completions of the current policy (sampled by the rollout
+actors, stages.rl_roles), scored by the reward actor (checker and/or reward model);
+the trainer normalises rewards within the group into advantages,
 and take loss = -mean(A · log π(token)) + β · KL(π‖π_ref) (k3 estimator) over the
 completion tokens up to the first newline/eos. The update is on-policy (one
 optimizer step per batch of rollouts), so the PPO ratio is 1 and needs no clipping.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 import torch.distributed as dist
 
-from stages.errors import WrongModelCheckpoint
+from stages.frozen import checkpoint_identity, frozen_model
 from stages.kl_controller import build_kl_controller
-from stages.model import load_model_and_tokenizer
-from stages.objective import CausalLMObjective, pad
-from stages.rm import RmObjective
-from stages.sampling import decode_rows, generate, greedy_accuracy, response_mask, seeded_generator
+from stages.objective import CausalLMObjective
+from stages.sampling import decode_rows, generate, greedy_accuracy, seeded_generator
 from stages.tasks import HELDOUT, TRAIN, check_answer
 
 KL_CONTROLLER, REFERENCE, REWARD_MODEL = "kl_controller", "reference", "reward_model"
+JOURNAL = "journal"
 # Generator streams: a training rollout is keyed by (step, prompt), an eval sample by prompt only.
 TRAIN_STREAM, EVAL_STREAM = 0, 1
 METRICS = ("reward", "kl", "entropy", "response_length")
@@ -55,31 +53,10 @@ def grpo_loss(logp, ref_logp, advantages, mask, beta: float) -> tuple[torch.Tens
     return policy + beta * kl, kl.detach()
 
 
-def checkpoint_identity(path: str | None, model_dir) -> dict:
-    """What a frozen model was loaded from: checkpoint path + manifest sha256 (or the
-    model directory itself when no checkpoint was given)."""
-    from ckpt.manifest import checksum_of
-    from ckpt.layout import MANIFEST
-
-    if path is None:
-        return {"path": str(Path(model_dir).resolve()), "manifest_sha256": None}
-    return {"path": str(Path(path).resolve()),
-            "manifest_sha256": checksum_of(Path(path) / MANIFEST)}
-
-
-def _frozen(model_class, model_dir, path: str | None, role: str):
-    from ckpt.weights import load_weights_into
-
-    model, _ = load_model_and_tokenizer(model_dir, model_class)
-    if path is not None:
-        report = load_weights_into(model, path, allow_new_head=True)
-        if report["new"]:
-            raise WrongModelCheckpoint(path, role, report["new"], type(model).__name__,
-                                       "rm" if role == "reward_model" else "sft")
-    return model.eval().requires_grad_(False)
-
-
 class RlObjective(CausalLMObjective):
+    """Trains on rollouts produced by the roles (stages.rl_roles) or re-applied from the
+    journal; rank 0 obtains each step's groups and broadcasts them to every rank."""
+
     name = "rl"
 
     def __init__(self, stage_cfg, tokenizer, tasks):
@@ -89,15 +66,20 @@ class RlObjective(CausalLMObjective):
         self.identities: dict = {}
         self.step = 0
         self._sums = torch.zeros(len(METRICS) + 1, dtype=torch.float64)
+        self.steps = None  # stages.rl_steps.RlSteps, bound by the worker (needs the run config)
+
+    def bind(self, cfg, sampler, run_dir) -> None:
+        """The run's config, sampler and directory: what the journal and roles need."""
+        from stages.rl_steps import RlSteps
+        self.steps = RlSteps(cfg, sampler, run_dir, self)
 
     def setup(self, model_dir) -> None:
         s = self.cfg
         reference_from = s.reference_from or s.init_from
-        self.reference = _frozen(self.model_class, model_dir, reference_from, "reference")
+        self.reference = frozen_model(self.model_class, model_dir, reference_from, "reference")
         self.identities[REFERENCE] = checkpoint_identity(reference_from, model_dir)
         if s.reward_model_weight > 0:
-            self.reward_model = _frozen(RmObjective.model_class, model_dir,
-                                        s.reward_model_from, "reward_model")
+            # Scores come from the reward actor; the trainer records which checkpoint it is.
             self.identities[REWARD_MODEL] = checkpoint_identity(s.reward_model_from, model_dir)
 
     def at_step(self, step: int) -> None:
@@ -110,32 +92,13 @@ class RlObjective(CausalLMObjective):
     def tokens_in(batch: dict) -> int:
         return batch.get("response_tokens", 0)
 
-    def _prompt_ids(self, problem) -> list[int]:
+    def prompt_ids(self, index: int, split: str = TRAIN) -> list[int]:
+        problem = self.tasks.rl_prompt(split, index)
         return [self.tokenizer.bos_token_id] + self.tokenizer(problem.prompt)["input_ids"]
 
-    def _stop_ids(self) -> tuple[int, ...]:
+    def stop_ids(self) -> tuple[int, ...]:
         newline = self.tokenizer("\n")["input_ids"][0]
         return (newline, self.tokenizer.eos_token_id)
-
-    def rollout(self, module, index: int) -> dict:
-        s = self.cfg
-        problem = self.tasks.rl_prompt(TRAIN, index)
-        ids = self._prompt_ids(problem)
-        generator = seeded_generator(self.tasks.seed, TRAIN_STREAM, self.step, index)
-        tokens = generate(module, ids, s.group_size, s.max_new_tokens, s.temperature, generator)
-        mask = response_mask(tokens, self._stop_ids())
-        checker = torch.tensor([check_answer(problem, t) for t in decode_rows(self.tokenizer, tokens)])
-        rewards = s.reward_checker_weight * checker
-        if self.reward_model is not None:
-            rewards = rewards + s.reward_model_weight * self._rm_scores(ids, tokens, mask)
-        return {"prompt_ids": ids, "tokens": tokens, "mask": mask, "rewards": rewards.double()}
-
-    @torch.no_grad()
-    def _rm_scores(self, ids: list[int], tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        rows = [ids + row[m > 0].tolist() for row, m in zip(tokens, mask)]
-        batch = {"input_ids": pad(rows, self.tokenizer.pad_token_id),
-                 "attention_mask": pad([[1] * len(r) for r in rows], 0)}
-        return self.reward_model(**batch).logits.squeeze(-1).float()
 
     def _log_probs(self, model, full: torch.Tensor, start: int):
         """(token log-probs (G, T), full log-prob rows) of the sampling distribution."""
@@ -144,40 +107,51 @@ class RlObjective(CausalLMObjective):
         target = full[:, start:].unsqueeze(-1)
         return logp_all.gather(-1, target).squeeze(-1), logp_all
 
-    def group_loss(self, model, roll: dict) -> tuple[torch.Tensor, list[float]]:
-        start = len(roll["prompt_ids"])
-        full = torch.cat([torch.tensor([roll["prompt_ids"]] * roll["tokens"].shape[0]),
-                          roll["tokens"]], dim=1)
+    def group_loss(self, model, group) -> tuple[torch.Tensor, list[float], dict]:
+        """(loss, stats, what the journal records of it) for one prompt's group."""
+        s = self.cfg
+        start = len(group.prompt_ids)
+        full = torch.cat([torch.tensor([group.prompt_ids] * group.tokens.shape[0]),
+                          group.tokens], dim=1)
         logp, logp_all = self._log_probs(model, full, start)
         with torch.no_grad():
             ref_logp, _ = self._log_probs(self.reference, full, start)
-            entropy = masked_mean(-(logp_all.exp() * logp_all).sum(-1), roll["mask"])
-        advantages = group_advantages(roll["rewards"]).float()
-        loss, kl = grpo_loss(logp, ref_logp, advantages, roll["mask"], self.kl.coef)
-        stats = [float(roll["rewards"].mean()), float(kl), float(entropy),
-                 float(roll["mask"].sum(dim=1).mean())]
-        return loss, stats
+            entropy = masked_mean(-(logp_all.exp() * logp_all).sum(-1), group.mask)
+            kl_per_sample = ((k3_kl(logp, ref_logp) * group.mask).sum(dim=1)
+                             / group.mask.sum(dim=1).clamp(min=1.0)).double()
+        rewards = group.rewards(s.reward_checker_weight, s.reward_model_weight)
+        advantages = group_advantages(rewards).float()
+        loss, kl = grpo_loss(logp, ref_logp, advantages, group.mask, self.kl.coef)
+        stats = [float(rewards.mean()), float(kl), float(entropy), float(group.mask.sum(dim=1).mean())]
+        trained = {"trainer_logp": logp.detach().float(), "advantage": advantages,
+                   "kl": kl_per_sample}
+        return loss, stats, trained
 
     def loss(self, model, batch: dict) -> torch.Tensor:
         module = getattr(model, "module", model)
+        groups = self.steps.groups_for(self.step, module)  # collective on a new step
         losses, tokens = [], 0
         for index in batch["indices"]:
-            roll = self.rollout(module, index)
-            loss, stats = self.group_loss(model, roll)
+            group = groups[index]
+            loss, stats, trained = self.group_loss(model, group)
+            self.steps.record_trained(index, trained)
             losses.append(loss)
-            tokens += int(roll["mask"].sum())
+            tokens += int(group.mask.sum())
             self._sums += torch.tensor(stats + [1.0], dtype=torch.float64)
+        self.steps.maybe_kill_trainer(self.step)
         batch["response_tokens"] = tokens
         return torch.stack(losses).mean()
 
     def step_metrics(self) -> dict:
-        """Means over every prompt of the step on every rank; then the KL controller
-        moves on the step's KL (the same value on every rank)."""
+        """Means over every prompt of the step on every rank; the step's journal segment is
+        committed (or, for a re-applied step, checked); then the KL controller moves on the
+        step's KL (the same value on every rank)."""
         sums, self._sums = self._sums.clone(), torch.zeros_like(self._sums)
         if dist.is_initialized():
             dist.all_reduce(sums)
         means = (sums[:-1] / sums[-1].clamp(min=1.0)).tolist()
         record = dict(zip(METRICS, means), kl_coef=self.kl.coef)
+        self.steps.finish_step(self.step, self.kl.coef)  # collective
         self.kl.update(record["kl"])
         return record
 
@@ -189,7 +163,7 @@ class RlObjective(CausalLMObjective):
         for index in range(s.eval_samples):
             problem = self.tasks.rl_prompt(HELDOUT, index)
             generator = seeded_generator(self.tasks.seed, EVAL_STREAM, index)
-            tokens = generate(model, self._prompt_ids(problem), EVAL_SAMPLES_PER_PROMPT,
+            tokens = generate(model, self.prompt_ids(index, HELDOUT), EVAL_SAMPLES_PER_PROMPT,
                               s.max_new_tokens, s.temperature, generator)
             rewards += [check_answer(problem, text) for text in decode_rows(self.tokenizer, tokens)]
         accuracy = greedy_accuracy(model, self.tokenizer, self.tasks, HELDOUT, s.eval_samples,
@@ -198,7 +172,8 @@ class RlObjective(CausalLMObjective):
 
     # -- checkpointed state -------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {KL_CONTROLLER: self.kl.state_dict(), **self.identities}
+        return {KL_CONTROLLER: self.kl.state_dict(), JOURNAL: self.steps.journal_state(),
+                **self.identities}
 
     def load_state_dict(self, state: dict) -> None:
         from ckpt.errors import IncompatibleCheckpoint
@@ -209,3 +184,4 @@ class RlObjective(CausalLMObjective):
                     f"RL {role} differs from the checkpoint's: saved {state.get(role)}, this run "
                     f"{self.identities.get(role)}; resume with stage.{role}_from set as it was"))
         self.kl.load_state_dict(state[KL_CONTROLLER])
+        self.steps.load_journal_state(state.get(JOURNAL))

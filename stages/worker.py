@@ -70,6 +70,10 @@ class StageWorker:
         self.sampler = GlobalSampler(self.objective.dataset_size(TRAIN), s.global_batch,
                                      s.micro_batch, self.world, self.cfg.seed)
         self.accum = self.sampler.accumulation_steps
+        self.objective.bind(self.cfg, self.sampler, self.cfg.run.dir)
+        # `baton rl replay --to-step N` stops (and saves) at N without changing max_steps,
+        # which the learning-rate schedule depends on.
+        self.last_step = min(s.max_steps, self.cfg.rl.replay_to_step or s.max_steps)
         self.progress = TrainingProgress()
         self.layout = Layout.from_config(self.cfg, self.world)
         self.parallel = {**self.layout.to_dict(), "backend": dist.get_backend()}
@@ -114,7 +118,7 @@ class StageWorker:
         if s.eval_at_start and self.progress.step == 0 and self.progress.micro_in_window == 0:
             # The starting checkpoint's score, so a stage's gain is measured in one run.
             self.files.evaluation(0, self.objective.evaluate(self.engine.module), s.name)
-        while self.progress.step < s.max_steps:
+        while self.progress.step < self.last_step:
             if self.progress.micro_in_window == 0:
                 self.window.start(RngState.state_dict())
             for micro in range(self.progress.micro_in_window, self.accum):
@@ -148,7 +152,7 @@ class StageWorker:
         if p.step % s.eval_every == 0 or p.step == s.max_steps:
             record.update(self.objective.evaluate(self.engine.module))
         self.files.step(record, s.name, s.max_steps)
-        if p.step % s.save_every == 0 or p.step == s.max_steps:
+        if p.step % s.save_every == 0 or p.step in (s.max_steps, self.last_step):
             self.save()
 
     def debug_preempt(self) -> bool:

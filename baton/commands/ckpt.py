@@ -33,14 +33,20 @@ def _verify(args) -> int:
     from ckpt import manifest as manifest_io
     from ckpt.errors import CheckpointError
 
+    from ckpt.journal import JournalError
+
+    journal_note = ""
     try:
         path = named_checkpoint(args.path)
         manifest = manifest_io.verify(path)
-    except CheckpointError as exc:
+        if manifest.stage == "rl":  # the journal up to its cursor is part of an RL checkpoint
+            from stages.rl_steps import verify_checkpoint_journal
+            journal_note = "; " + verify_checkpoint_journal(path, manifest)[1]
+    except (CheckpointError, JournalError) as exc:
         print(f"FAILED {exc}", file=sys.stderr)
         return 1
     print(f"OK {path.resolve()}: {manifest.stage} step {manifest.step}, "
-          f"{len(manifest.files)} files, {manifest.total_bytes()} bytes, checksums match")
+          f"{len(manifest.files)} files, {manifest.total_bytes()} bytes, checksums match{journal_note}")
     return 0
 
 

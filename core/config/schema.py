@@ -157,6 +157,53 @@ class CkptConfig:
 
 
 @dataclass
+class RayConfig:
+    address: Optional[str] = None
+    """An existing Ray cluster to run the RL roles on (e.g. "127.0.0.1:6379"); null starts a
+    local instance with the stage, bound to 127.0.0.1 only, and stops it after."""
+    dashboard: bool = False
+    """Start Ray's dashboard with the local instance (127.0.0.1 only); off unless asked for."""
+
+
+@dataclass
+class RolloutConfig:
+    actors: int = 1
+    """Rollout-engine actors, each holding a policy copy. The batch and its samples do not
+    depend on this number: prompts go to actors whole, each sample has its own seed."""
+
+
+@dataclass
+class RlFaultsConfig:
+    """Fault injection (tests, drills): SIGKILL a role's process mid-step at this optimizer
+    step (0-based; -1: never). Each fires once per run, not again after the role restarts."""
+
+    kill_rollout_actor_at_step: int = -1
+    kill_reward_actor_at_step: int = -1
+    kill_trainer_at_step: int = -1
+
+
+@dataclass
+class RlConfig:
+    """RL roles on Ray, the rollout journal and replay (docs/rl_roles.md)."""
+
+    ray: RayConfig = field(default_factory=RayConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    faults: RlFaultsConfig = field(default_factory=RlFaultsConfig)
+    role_retries: int = 3
+    """Times a request to a dead rollout or reward actor is re-issued (after the actor's
+    restart and weight re-sync) before the step fails."""
+    trainer_restarts: int = 1
+    """Times the launcher restarts killed trainer workers from the last RL checkpoint
+    (catching up from the journal) before the stage fails."""
+    replay_journal: Optional[str] = None
+    """Replay: take every step's rollouts and rewards from this journal directory; no
+    rollout or reward role is started (`baton rl replay`)."""
+    replay_to_step: Optional[int] = None
+    """Stop (and save) at this step instead of stage.max_steps (`baton rl replay --to-step`);
+    max_steps stays, so the learning-rate schedule is the original run's."""
+
+
+@dataclass
 class DebugConfig:
     """Fault injection for tests of preemption and crash safety."""
 
@@ -236,5 +283,6 @@ class BatonConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     ckpt: CkptConfig = field(default_factory=CkptConfig)
+    rl: RlConfig = field(default_factory=RlConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)

@@ -57,6 +57,10 @@ def problems(cfg: BatonConfig) -> list[str]:
                      f"{cfg.model.max_position_embeddings}")
     if s.name == "rl":
         found += _rl_problems(s)
+        if p.zero_stage == 3:
+            found.append("parallel.zero_stage=3 with stage rl: the trainer syncs the full policy "
+                         "from rank 0 to the rollout actors, which ZeRO-3 partitions across ranks; "
+                         "use parallel.zero_stage=0, 1 or 2 for RL")
     if not 0.0 < cfg.data.heldout_fraction < 1.0:
         found.append(f"data.heldout_fraction={cfg.data.heldout_fraction}: expected in (0, 1)")
     found += _handoff_problems(cfg)
@@ -65,6 +69,7 @@ def problems(cfg: BatonConfig) -> list[str]:
     from core.config.signing_key import key_problems  # must hold a key (never printed)
     found += key_problems(cfg.ckpt.signing_key_env)
     found += _ckpt_problems(cfg.ckpt)
+    found += _rl_role_problems(cfg.rl)
     return found
 
 
@@ -116,6 +121,23 @@ def _handoff_problems(cfg: BatonConfig) -> list[str]:
         if h.to_stage == "rm" and (h.carry.optimizer or h.carry.scheduler):
             found.append(f"{key}.carry.optimizer/scheduler=true: the reward model adds a new head, "
                          "so the policy's optimizer state does not fit; set them to false")
+    return found
+
+
+def _rl_role_problems(rl) -> list[str]:
+    found = []
+    if rl.rollout.actors < 1:
+        found.append(f"rl.rollout.actors={rl.rollout.actors}: expected >= 1 rollout-engine actor")
+    for key in ("role_retries", "trainer_restarts"):
+        if getattr(rl, key) < 0:
+            found.append(f"rl.{key}={getattr(rl, key)}: expected >= 0")
+    address = rl.ray.address
+    if address is not None and (":" not in str(address) or not str(address).rsplit(":", 1)[1].isdigit()):
+        found.append(f"rl.ray.address={address!r}: expected host:port of a running Ray cluster's "
+                     "GCS (e.g. 127.0.0.1:6379), or null to start a local instance with the stage")
+    if rl.replay_journal is not None and not Path(rl.replay_journal).is_dir():
+        found.append(f"rl.replay_journal={rl.replay_journal!r}: no such directory; expected the "
+                     "journal/ directory of an RL run (<run.dir>/rl/journal)")
     return found
 
 

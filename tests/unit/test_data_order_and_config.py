@@ -73,3 +73,16 @@ def test_every_config_error_is_collected_before_raising():
     assert "unknown config key 'stage.nope'" in text
     assert "parallel.zero_stage=7: expected 0, 1, 2 or 3" in text
     assert "stage.global_batch=6 is not divisible" in text
+
+
+def test_rl_role_settings_are_checked_together():
+    with pytest.raises(ConfigError) as err:
+        compose(["stage=rl", "rl.rollout.actors=0", "rl.role_retries=-1", "rl.ray.address=nohost",
+                 "parallel.zero_stage=3", "rl.replay_journal=/nonexistent/journal"])
+    text = str(err.value)
+    assert "5 configuration error(s)" in text
+    assert "rl.rollout.actors=0: expected >= 1" in text
+    assert "rl.role_retries=-1: expected >= 0" in text
+    assert "rl.ray.address='nohost': expected host:port" in text
+    assert "parallel.zero_stage=3 with stage rl" in text
+    assert "rl.replay_journal='/nonexistent/journal': no such directory" in text

@@ -1,0 +1,154 @@
+"""The trainer's side of the roles (rank 0): weight syncs, rollout and reward requests,
+and recovery of a role that died, without rewinding anything else.
+
+A request lost with its actor is re-issued unchanged (same per-sample seeds, same policy
+version) once the actor is back: Ray restarts it, `sync` re-loads the current version
+(the call waits for the restart), and the samples come out the same as if it had never
+died. Every failure and retry is returned as an event for the step's journal segment.
+"""
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+
+import numpy as np
+
+from core.errors import BatonError
+from stages.rl_roles.actors import REWARD, rollout_actor_name
+from stages.rl_roles.engine import RolloutRequest, weights_digest
+
+
+RESTART_DEADLINE_S, RESTART_POLL_S = 300, 0.1
+
+
+class RoleGaveUp(BatonError):
+    def __init__(self, role: str, step: int, attempts: int, error: str):
+        self.role, self.step = role, step
+        super().__init__(
+            f"RL role {role} failed {attempts} times at step {step} (last: {error}); the step "
+            "cannot complete. Nothing after the last checkpoint is lost: the journal holds every "
+            "committed step. See the actor's log under the Ray session directory, raise "
+            "rl.role_retries, or resume the stage (resume=latest) once the cause is fixed")
+
+
+def _role_errors():
+    from ray.exceptions import ActorUnavailableError, RayActorError
+    return (RayActorError, ActorUnavailableError)
+
+
+@contextlib.contextmanager
+def global_rng_untouched():
+    """Ray's client code draws from Python's global `random` (ids, backoff jitter). The
+    trainer checkpoints that state, and a trainer re-applying steps from the journal makes
+    no Ray calls for them: without this, its RNG state would differ from an uninterrupted
+    run's. Role traffic must leave no trace in the trainer's random state."""
+    python, numpy = random.getstate(), np.random.get_state()
+    try:
+        yield
+    finally:
+        random.setstate(python)
+        np.random.set_state(numpy)
+
+
+class RoleClient:
+    def __init__(self, ray, rollout_actors: int, retries: int):
+        self.ray, self.retries = ray, retries
+        self.rollout = [ray.get_actor(rollout_actor_name(i)) for i in range(rollout_actors)]
+        self.reward = ray.get_actor(REWARD)
+        self.version: int | None = None
+        self.digest: str | None = None
+        self._weights_ref = None
+
+    # -- weight sync -----------------------------------------------------------------
+    def sync_weights(self, version: int, state: dict, events: list) -> None:
+        """Policy `version` to every rollout actor through the object store (one put)."""
+        self.version, self.digest = version, weights_digest(state)
+        self._weights_ref = self.ray.put(state)
+        started = time.perf_counter()
+        replies = [self._call(actor, lambda a=actor: a.sync.remote(version, self._weights_ref, self.digest),
+                              rollout_actor_name(i), version, events, resync=None)
+                   for i, actor in enumerate(self.rollout)]
+        events.append({"kind": "weight_sync", "version": version, "digest": self.digest,
+                       "actors": [r["actor"] for r in replies],
+                       "seconds": round(time.perf_counter() - started, 4)})
+
+    def _resync(self, index: int, events: list) -> None:
+        actor = self.rollout[index]
+        self._call(actor, lambda: actor.sync.remote(self.version, self._weights_ref, self.digest),
+                   rollout_actor_name(index), self.version, events, resync=None)
+        events.append({"kind": "weight_resync", "role": rollout_actor_name(index),
+                       "version": self.version, "digest": self.digest})
+
+    # -- requests ------------------------------------------------------------------------
+    def rollouts(self, requests: list[RolloutRequest], events: list) -> dict:
+        """prompt index -> RolloutResult; prompt j of the step goes to actor j mod n."""
+        pending = {}
+        for j, request in enumerate(requests):
+            index = j % len(self.rollout)
+            pending[request.prompt_index] = (index, self.rollout[index].generate.remote(request))
+        results = {}
+        for j, request in enumerate(requests):
+            index, ref = pending[request.prompt_index]
+            actor = self.rollout[index]
+            results[request.prompt_index] = self._call(
+                actor, lambda a=actor, r=request: a.generate.remote(r), rollout_actor_name(index),
+                request.step, events, first=ref, resync=lambda i=index: self._resync(i, events),
+                detail={"prompt_index": request.prompt_index, "seeds": request.seeds})
+        return results
+
+    def rewards(self, step: int, items: list[tuple[int, list[int], object, object]],
+                events: list) -> dict:
+        """prompt index -> {"checker", "rm"} for (prompt index, prompt ids, tokens, mask)."""
+        refs = {p: self.reward.score.remote(step, p, ids, tokens, mask)
+                for p, ids, tokens, mask in items}
+        return {p: self._call(self.reward, lambda p=p, ids=ids, t=tokens, m=mask: self.reward.score.remote(step, p, ids, t, m),
+                              REWARD, step, events, first=refs[p], resync=None,
+                              detail={"prompt_index": p})
+                for p, ids, tokens, mask in items}
+
+    def _call(self, actor, submit, role: str, step: int, events: list, *, first=None, resync,
+              detail: dict | None = None):
+        """ray.get the call; when the actor died, record it, wait for its restart (and
+        re-sync a rollout actor), and re-issue the same request."""
+        ref = first if first is not None else submit()
+        failed_at = None
+        for attempt in range(self.retries + 1):
+            try:
+                value = self.ray.get(ref)
+                if failed_at is not None:  # the time this role's failure cost the step
+                    events.append({"kind": "recovered", "role": role, "step": step,
+                                   "seconds": round(time.perf_counter() - failed_at, 4),
+                                   **(detail or {})})
+                return value
+            except _role_errors() as exc:
+                failed_at = failed_at or time.perf_counter()
+                events.append({"kind": "role_failure", "role": role, "step": step,
+                               "attempt": attempt + 1, "error": type(exc).__name__,
+                               **(detail or {})})
+                if attempt == self.retries:
+                    raise RoleGaveUp(role, step, attempt + 1, type(exc).__name__) from None
+                self._await_restart(actor, role, step)
+                if resync is not None:
+                    resync()
+                ref = submit()
+                events.append({"kind": "retry", "role": role, "step": step,
+                               "attempt": attempt + 2, **(detail or {})})
+        raise AssertionError("unreachable")
+
+    def _await_restart(self, actor, role: str, step: int) -> None:
+        """Until Ray has the actor back (its `__init__` done). Ray offers no event for an
+        actor's restart, and a call made meanwhile fails at once with
+        ActorUnavailableError, so ask `ready` with a short pause, within a deadline."""
+        from ray.exceptions import ActorUnavailableError, RayActorError
+
+        deadline = time.monotonic() + RESTART_DEADLINE_S
+        while True:
+            try:
+                self.ray.get(actor.ready.remote())
+                return
+            except (ActorUnavailableError, RayActorError) as exc:
+                if time.monotonic() > deadline:
+                    raise RoleGaveUp(role, step, 1, f"not back {RESTART_DEADLINE_S} s after "
+                                     f"it died ({type(exc).__name__})") from None
+                time.sleep(RESTART_POLL_S)

@@ -1,0 +1,81 @@
+"""The launcher's side of the roles: Ray up, the rollout and reward actors created, the
+trainer workers launched (and relaunched from the last RL checkpoint when they are
+killed), everything stopped at the end, whatever happens.
+
+The launcher is the actors' owner: they live as long as the stage does, so a trainer
+restart rewinds nothing but the trainer. Each restart is told to the new trainer
+(`BATON_TRAINER_ATTEMPT`), which records it in its next journal segment; the launcher
+also writes it to the stage log.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import replace
+
+from stages.rl_roles import cluster
+from stages.rl_roles.actors import MAX_RESTARTS, REWARD, RewardActor, RolloutActor, rollout_actor_name
+
+log = logging.getLogger("baton.rl")
+ENV_ATTEMPT, ENV_DIED_AT = "BATON_TRAINER_ATTEMPT", "BATON_TRAINER_DIED_AT"
+
+
+def start_roles(cfg, model_dir) -> list:
+    """Create the rollout actors and the reward actor (named, in this launch's namespace);
+    creation is asynchronous, so they load their models while the trainer starts."""
+    import ray
+
+    options = {"num_cpus": 0, "max_restarts": MAX_RESTARTS, "max_task_retries": 0}
+    rollout_cls = ray.remote(**options)(RolloutActor)
+    reward_cls = ray.remote(**options)(RewardActor)
+    faults, s = cfg.rl.faults, cfg.stage
+    actors = [rollout_cls.options(name=rollout_actor_name(i)).remote(
+        i, str(model_dir), faults.kill_rollout_actor_at_step if i == 0 else -1)
+        for i in range(cfg.rl.rollout.actors)]
+    actors.append(reward_cls.options(name=REWARD).remote(
+        str(model_dir), s.reward_model_from if s.reward_model_weight > 0 else None, cfg.seed,
+        cfg.data.max_operand, cfg.data.heldout_fraction, faults.kill_reward_actor_at_step))
+    return actors
+
+
+def stop_roles(actors: list) -> None:
+    import ray
+
+    for actor in actors:
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:  # already gone with its node: nothing left to stop
+            pass
+
+
+def run_with_roles(cfg, model_dir, launch_once, note):
+    """`launch_once(cfg, env)` runs the trainer workers once (StageResult or StageFailed);
+    `note(line)` writes to the stage log."""
+    from stages.errors import StageFailed
+
+    handle = cluster.start(cfg.rl.ray.address, f"baton-rl-{uuid.uuid4().hex[:12]}",
+                           cfg.rl.ray.dashboard)
+    actors = []
+    try:
+        actors = start_roles(cfg, model_dir)
+        note(f"RL roles on Ray at {handle.address} ({'started with the stage' if handle.started_here else 'existing cluster'}): "
+             f"{cfg.rl.rollout.actors} rollout actor(s), 1 reward actor")
+        attempt, current, died = 0, cfg, {}
+        while True:
+            started = time.perf_counter()
+            try:
+                return launch_once(current, {**handle.env(), ENV_ATTEMPT: str(attempt), **died})
+            except StageFailed as exc:
+                if not exc.infrastructure or attempt >= cfg.rl.trainer_restarts:
+                    raise
+                # Wall clock: the restarted trainer measures its own time to resume from it.
+                died = {ENV_DIED_AT: repr(time.time())}
+                attempt += 1
+                note(f"trainer workers died ({exc.returncode}) after {time.perf_counter() - started:.1f} s; "
+                     f"restart {attempt}/{cfg.rl.trainer_restarts} from the last RL checkpoint "
+                     "(resume=latest), re-applying journaled steps; the rollout and reward actors keep running")
+                current = replace(cfg, resume="latest")
+    finally:
+        stop_roles(actors)
+        cluster.stop()  # stops the local instance; only disconnects from an existing one

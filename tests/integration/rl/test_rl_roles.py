@@ -1,0 +1,193 @@
+"""RL roles on a real Ray instance: a rollout actor killed mid-step, the reward actor
+killed, the trainer SIGKILLed, and two rollout actors instead of one all end in a final
+policy bit-identical to an uninterrupted run; the journal holds every prompt of every
+step exactly once; `baton rl replay` reproduces a later checkpoint; a damaged journal is
+refused by replay and by `baton ckpt verify`.
+
+One Ray instance serves the module (`rl.ray.address`, started here on loopback); one
+short SFT + RM run feeds every RL run.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+
+import pytest
+
+from tests.conftest import run_baton
+
+N, K, FAULT_STEP = 6, 3, 4  # steps, save_every, the 0-based step faults fire at
+RL = [f"stage.max_steps={N}", f"stage.save_every={K}", "stage.global_batch=4", "stage.micro_batch=2",
+      "stage.group_size=4", f"stage.eval_every={N}", "stage.eval_samples=4", "stage.eval_at_start=false",
+      "stage.kl_target=0.01", "stage.reward_model_weight=0.5"]
+
+
+def _ckpt(run_dir, stage, step):
+    return run_dir / stage / "checkpoints" / f"step-{step:06d}"
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    """One loopback-only Ray instance for the module, owned (and stopped) by this process."""
+    from stages.rl_roles import cluster
+
+    handle = cluster.start(None, "baton-tests")
+    yield handle.address
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    home = tmp_path_factory.mktemp("rl-pipeline")
+    run_baton("stage", "sft", f"run.dir={home}", "stage.max_steps=4", "stage.save_every=4",
+              "stage.eval_every=4", "stage.eval_samples=4", check=True)
+    run_baton("stage", "rm", f"run.dir={home}", f"stage.init_from={_ckpt(home, 'sft', 4)}",
+              "stage.max_steps=4", "stage.save_every=4", "stage.eval_every=4",
+              "stage.eval_samples=4", check=True)
+    return _ckpt(home, "sft", 4), _ckpt(home, "rm", 4)
+
+
+def _rl(run_dir, trained, ray_address, *extra, check=True):
+    sft, rm = trained
+    return run_baton("stage", "rl", f"run.dir={run_dir}", f"stage.init_from={sft}",
+                     f"stage.reward_model_from={rm}", f"rl.ray.address={ray_address}", *RL, *extra,
+                     check=check)
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, trained, ray_address):
+    run_dir = tmp_path_factory.mktemp("straight")
+    _rl(run_dir, trained, ray_address)
+    return run_dir
+
+
+def segments(run_dir) -> list[dict]:
+    root = run_dir / "rl" / "journal"
+    return [json.loads((d / "records.json").read_text()) for d in sorted(root.glob("step-*"))]
+
+
+def audit(run_dir) -> list[dict]:
+    """Every step 1..N present once; every prompt the sampler draws for a step present exactly
+    once with its whole group; returns the events of every segment."""
+    from stages.sampler import GlobalSampler
+    from stages.tasks import SPLIT_SIZES, TRAIN
+
+    sampler = GlobalSampler(SPLIT_SIZES[TRAIN], 4, 2, 1, 1234)
+    records = segments(run_dir)
+    assert [r["step"] for r in records] == list(range(1, N + 1))
+    events = []
+    for r in records:
+        step = r["step"] - 1
+        expected = [i for m in range(sampler.accumulation_steps) for i in sampler.micro_batch_indices(step, m, 0)]
+        assert [p["prompt_index"] for p in r["prompts"]] == expected, r["step"]
+        pairs = Counter((s["prompt_index"], s["sample"]) for s in r["samples"])
+        assert set(pairs) == {(p, i) for p in expected for i in range(4)}, r["step"]
+        assert max(pairs.values()) == 1, f"duplicated samples at step {r['step']}"
+        assert {s["policy_version"] for s in r["samples"]} == {step}
+        events += [dict(e, segment=r["step"]) for e in r["events"]]
+    return events
+
+
+def same_final_policy(a, b) -> None:
+    diff = run_baton("ckpt", "diff", str(_ckpt(a, "rl", N)), str(_ckpt(b, "rl", N)))
+    assert diff.returncode == 0, diff.stdout[-3000:] + diff.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_an_uninterrupted_run_journals_every_step_and_learns_from_nonzero_advantages(straight):
+    events = audit(straight)
+    assert [e["version"] for e in events if e["kind"] == "weight_sync"] == list(range(N))
+    assert not [e for e in events if e["kind"] in ("role_failure", "retry", "trainer_restart")]
+    samples = [s for r in segments(straight) for s in r["samples"]]
+    assert any(s["advantage"] != 0.0 for s in samples), "all advantages zero: nothing was tested"
+    assert all(s["reward"]["rm"] is not None for s in samples)
+    state = json.loads((_ckpt(straight, "rl", N) / "objective.json").read_text())
+    assert state["journal"] == {"cursor": N, "first": 1}
+
+
+FAULTS = {
+    "two_rollout_actors": ["rl.rollout.actors=2"],
+    "rollout_actor_killed": [f"rl.faults.kill_rollout_actor_at_step={FAULT_STEP}"],
+    "reward_actor_killed": [f"rl.faults.kill_reward_actor_at_step={FAULT_STEP}"],
+    "trainer_killed": [f"rl.faults.kill_trainer_at_step={FAULT_STEP}"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(FAULTS))
+def test_the_final_policy_is_bit_identical_whatever_failed(case, straight, trained, ray_address, tmp_path):
+    run = _rl(tmp_path, trained, ray_address, *FAULTS[case])
+    same_final_policy(straight, tmp_path)
+    events = audit(tmp_path)
+    kinds = Counter((e["kind"], e.get("role")) for e in events)
+    if case == "two_rollout_actors":
+        served = {s["served_by"] for r in segments(tmp_path) for s in r["samples"]}
+        assert served == {"rollout-0", "rollout-1"}
+        assert not [e for e in events if e["kind"] == "role_failure"]
+    elif case == "rollout_actor_killed":
+        assert kinds[("role_failure", "rollout-0")] >= 1 and kinds[("retry", "rollout-0")] >= 1
+        assert kinds[("weight_resync", "rollout-0")] >= 1
+        assert {e["segment"] for e in events if e["kind"] == "role_failure"} == {FAULT_STEP + 1}
+    elif case == "reward_actor_killed":
+        assert kinds[("role_failure", "reward")] >= 1 and kinds[("recovered", "reward")] >= 1
+        assert not [e for e in events if e["kind"] == "weight_resync"]
+    else:
+        restarts = [e for e in events if e["kind"] == "trainer_restart"]
+        # Killed mid-step FAULT_STEP (0-based): resumed from step-K, step K+1 re-applied
+        # from the journal (no new rollout: one weight sync per step overall), then on.
+        assert len(restarts) == 1 and restarts[0]["resumed_at_step"] == K
+        assert restarts[0]["caught_up"] == list(range(K + 1, FAULT_STEP + 1))
+        assert [e["version"] for e in events if e["kind"] == "weight_sync"] == list(range(N))
+        assert "restart 1/1 from the last RL checkpoint" in run.stdout
+
+
+@pytest.mark.slow
+def test_replay_from_a_mid_run_checkpoint_reproduces_the_later_one(straight):
+    replay = run_baton("rl", "replay", str(_ckpt(straight, "rl", K)), f"--to-step={N}")
+    assert replay.returncode == 0, replay.stdout[-3000:] + replay.stderr[-2000:]
+    assert "REPLAYED bit for bit" in replay.stdout
+    assert "no rollout or reward role is started" in replay.stdout
+    assert "RL roles on Ray" not in replay.stdout
+
+
+@pytest.mark.slow
+def test_a_damaged_or_missing_journal_is_never_replayed(straight, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(straight, copy, ignore=shutil.ignore_patterns("replays"))
+    segment = copy / "rl" / "journal" / f"step-{K + 2:06d}" / "tensors.safetensors"
+    data = bytearray(segment.read_bytes())
+    data[-1] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    refused = run_baton("rl", "replay", str(_ckpt(copy, "rl", K)), f"--to-step={N}")
+    assert refused.returncode == 2
+    assert f"step-{K + 2:06d}" in refused.stderr and "sha256" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert not (copy / "rl" / "replays").exists()
+    verify = run_baton("ckpt", "verify", str(_ckpt(copy, "rl", N)))
+    assert verify.returncode == 1 and f"step-{K + 2:06d}" in verify.stderr, verify.stderr
+
+    shutil.rmtree(copy / "rl" / "journal")
+    missing = run_baton("rl", "replay", str(_ckpt(copy, "rl", K)), f"--to-step={N}")
+    assert missing.returncode == 2 and "journal" in missing.stderr and "is missing" in missing.stderr
+
+
+@pytest.mark.slow
+def test_journal_show_lists_steps_samples_and_one_sample(straight):
+    table = run_baton("rl", "journal", "show", str(straight), check=True)
+    assert len([line for line in table.stdout.splitlines() if line.strip()[:1].isdigit()]) == N
+    one = json.loads(run_baton("rl", "journal", "show", str(straight), "--step=2", "--sample=5",
+                               "--json", check=True).stdout)
+    sample = one["sample"]
+    assert sample["sample"] == 1 and len(sample["tokens"]) == len(sample["trainer_logp"])
+    assert sample["policy_version"] == 1
+    bad = run_baton("rl", "journal", "show", str(straight), "--step=99")
+    assert bad.returncode == 2 and "--step 99" in bad.stderr
+
+
+def test_an_unreachable_ray_address_is_refused_naming_it(tmp_path):
+    refused = run_baton("stage", "rl", f"run.dir={tmp_path}", "rl.ray.address=127.0.0.1:9",
+                        "stage.max_steps=1", timeout=180)
+    assert refused.returncode == 2, refused.stdout[-2000:] + refused.stderr[-2000:]
+    assert "rl.ray.address='127.0.0.1:9'" in refused.stderr and "Traceback" not in refused.stderr
+    assert not (tmp_path / "rl" / "checkpoints").exists()
