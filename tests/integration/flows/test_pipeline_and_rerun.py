@@ -4,6 +4,7 @@ where the layout changes; and `baton rerun` of each handoff reproduces bit for b
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +79,26 @@ def test_mlflow_shows_the_handoff_on_the_downstream_run_and_links_the_chosen_mod
     inputs = {client.get_logged_model(m.model_id).tags["baton.stage"]
               for m in rl.inputs.model_inputs}
     assert inputs == {"sft", "rm"}
+
+
+def test_the_rl_journal_is_indexed_in_lineage_and_mlflow(pipeline_run, tmp_path):
+    from mlflow import MlflowClient
+
+    from lineage.store import LineageStore
+
+    run_dir, _ = pipeline_run
+    with LineageStore.open(f"sqlite:///{run_dir / 'lineage.db'}", create=False) as store:
+        pipeline = store.pipeline_runs()[0]
+        rl = next(r for r in store.stage_runs(pipeline.id) if r.stage == "rl")  # attempt 1
+        segments = store.journal_segments(rl.id)
+        assert [(s.step_start, s.step_end) for s in segments] == [(1, 1), (2, 2), (3, 3), (4, 4)]
+        assert all(s.sample_count == 16 * 8 and len(s.checksum) == 64 for s in segments)
+        syncs = [e for e in store.events(rl.id) if e.kind == "weight_sync"]
+        assert [e.detail["version"] for e in syncs] == [0, 1, 2, 3]
+    client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("baton")
+    [run] = client.search_runs([experiment.experiment_id],
+                               "tags.`baton.stage` = 'rl' and tags.`baton.attempt` = '1'")
+    local = client.download_artifacts(run.info.run_id, "rl/journal.json", str(tmp_path))
+    journal = json.loads(Path(local).read_text())
+    assert [s["step"] for s in journal["segments"]] == [1, 2, 3, 4]
