@@ -26,7 +26,7 @@ run: install
 	$(BIN)/baton run $(ARGS)
 
 test: install
-	$(BIN)/python -m pytest -q -ra $(ARGS)
+	$(BIN)/python -m pytest -q -ra --durations=40 $(ARGS)
 
 clean:
 	rm -rf $(VENV) runs

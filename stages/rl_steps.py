@@ -5,9 +5,8 @@ journal says it computed the first time.
 
 The journal lives in `<run.dir>/rl/journal/`, one segment per optimizer step
 (`step-N` = the update that produced checkpoint step-N, from policy version N-1). RL
-checkpoints store the cursor (the last step whose segment is committed) and the first
-segment of this run's journal, so `baton ckpt verify` can check everything the
-checkpoint depends on.
+checkpoints store the cursor (the last step whose segment is committed), and `baton ckpt
+verify` checks the journal beside them from its first segment up to that cursor.
 """
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ from stages.rl_roles.source import StepSource
 
 JOURNAL_DIR = "journal"
 ENV_ATTEMPT, ENV_DIED_AT = "BATON_TRAINER_ATTEMPT", "BATON_TRAINER_DIED_AT"
-CURSOR, FIRST = "cursor", "first"
+CURSOR = "cursor"
 
 
 class ReplayDiverged(BatonError):
@@ -160,11 +159,10 @@ class RlSteps:
 
     # -- checkpointed state --------------------------------------------------------------
     def journal_state(self) -> dict:
-        """The cursor and the first segment of the journal this run trains from (a replay:
-        the original's, so a replayed checkpoint equals the original one bit for bit)."""
-        root = self.source.replay_root or self.root
-        committed = journal.committed_steps(root) if self.rank == 0 else []
-        return {CURSOR: self.cursor, FIRST: committed[0] if committed else None}
+        """The cursor: the last step whose segment is committed (or re-applied). Nothing
+        about where the journal starts: a run resumed from another run's checkpoint has a
+        journal that starts later, and its checkpoints must still equal the original's."""
+        return {CURSOR: self.cursor}
 
     def load_journal_state(self, state: dict | None) -> None:
         self.cursor = int(state[CURSOR]) if state else 0
@@ -185,9 +183,12 @@ def verify_checkpoint_journal(path, manifest) -> tuple[list[int], str]:
     if not state or not state.get(CURSOR):
         return [], "no journal cursor (written before the journal existed)"
     root = Path(path).resolve().parents[1] / JOURNAL_DIR
-    first = state.get(FIRST) or state[CURSOR] + 1
-    if not root.is_dir() and first <= state[CURSOR]:
-        raise journal.JournalDamaged(root, f"the journal is missing; the checkpoint's cursor is "
-                                     f"step {state[CURSOR]}")
+    committed = journal.committed_steps(root)
+    if not committed:
+        raise journal.JournalDamaged(root, f"the journal is missing or empty; the checkpoint's "
+                                     f"cursor is step {state[CURSOR]}")
+    # From the journal's first segment: a run resumed from another run's checkpoint at
+    # step c journals c+1 onwards, and the steps before are in that other run's journal.
+    first = min(committed[0], state[CURSOR])
     steps = journal.verify(root, first, state[CURSOR])
     return steps, f"journal {root} steps {first}..{state[CURSOR]} intact"

@@ -33,3 +33,17 @@ def metrics(run_dir: Path, stage: str) -> dict[int, dict]:
 @pytest.fixture
 def baton():
     return run_baton
+
+
+@pytest.fixture(scope="session")
+def sft_and_rm(tmp_path_factory):
+    """A short SFT run and an RM trained from it, shared by every RL test module:
+    (run dir, SFT checkpoint, the RM run's CompletedProcess)."""
+    home = tmp_path_factory.mktemp("sft-rm")
+    run_baton("stage", "sft", f"run.dir={home}", "stage.max_steps=4", "stage.save_every=4",
+              "stage.eval_every=4", "stage.eval_samples=8", check=True)
+    sft = home / "sft" / "checkpoints" / "step-000004"
+    rm = run_baton("stage", "rm", f"run.dir={home}", f"stage.init_from={sft}",
+                   "stage.max_steps=4", "stage.save_every=4", "stage.eval_every=4",
+                   "stage.eval_samples=16", check=True)
+    return home, sft, rm

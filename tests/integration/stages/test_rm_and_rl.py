@@ -24,16 +24,9 @@ def _ckpt(run_dir, stage, step):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(sft_and_rm):
     """An SFT checkpoint, then an RM trained from it (its run output kept for checks)."""
-    home = tmp_path_factory.mktemp("pipeline")
-    run_baton("stage", "sft", f"run.dir={home}", "stage.max_steps=4", "stage.save_every=4",
-              "stage.eval_every=4", "stage.eval_samples=8", check=True)
-    sft = _ckpt(home, "sft", 4)
-    rm = run_baton("stage", "rm", f"run.dir={home}", f"stage.init_from={sft}",
-                   "stage.max_steps=4", "stage.save_every=4", "stage.eval_every=4",
-                   "stage.eval_samples=16", check=True)
-    return home, sft, rm
+    return sft_and_rm
 
 
 @pytest.mark.slow
