@@ -50,11 +50,17 @@ def sample_detail(records: dict, tensors: dict, index: int) -> dict:
 
 
 def recoveries(summaries: list[dict]) -> dict:
-    """The time each failure cost, from the events: a role's from its failure to the
-    re-issued request's answer (`recovered`), the trainer's from its death to its first
-    new step (`trainer_restart`); and the ratio of their medians when both happened."""
-    roles = [{"step": s["step"], "role": e["role"], "seconds": e["seconds"]}
-             for s in summaries for e in s["events"] if e["kind"] == "recovered"]
+    """The time each failure cost. A role's: from a request's failure to its re-issued
+    answer, the longest over the requests that role lost in that step (`recovered` events).
+    The trainer's: from its death to its first new step (`trainer_restart`). And the ratio
+    of their medians when both happened in the run."""
+    lost: dict[tuple[int, str], float] = {}
+    for s in summaries:
+        for e in s["events"]:
+            if e["kind"] == "recovered":
+                key = (s["step"], e["role"])
+                lost[key] = max(lost.get(key, 0.0), e["seconds"])
+    roles = [{"step": step, "role": role, "seconds": seconds} for (step, role), seconds in lost.items()]
     trainer = [{"step": s["step"], "seconds": e["seconds"], "caught_up": e["caught_up"]}
                for s in summaries for e in s["events"]
                if e["kind"] == "trainer_restart" and e.get("seconds") is not None]

@@ -76,8 +76,8 @@ def _show(args) -> int:
 
 def _print_recovery(recovery: dict) -> None:
     for r in recovery["roles"]:
-        print(f"recovery: {r['role']} at step {r['step']}: {r['seconds']:.3f} s from its failure "
-              "to the re-issued request's answer (restart, re-sync, same seeds)")
+        print(f"recovery: {r['role']} died in step {r['step']}: {r['seconds']:.3f} s from the failure "
+              "to the last lost request's re-issued answer (fail-over or restart, weight sync, same seeds)")
     for t in recovery["trainer"]:
         print(f"recovery: trainer restart before step {t['step']}: {t['seconds']:.3f} s from its "
               f"death to its first new step (relaunch, resume, re-applied steps {t['caught_up']})")

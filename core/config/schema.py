@@ -170,6 +170,10 @@ class RolloutConfig:
     actors: int = 1
     """Rollout-engine actors, each holding a policy copy. The batch and its samples do not
     depend on this number: prompts go to actors whole, each sample has its own seed."""
+    spares: int = 1
+    """Warm standby engines (started, model built, no weights): one takes over from a dead
+    actor at the cost of a weight sync instead of a process restart. 0: wait for Ray to
+    restart the dead actor."""
 
 
 @dataclass

@@ -128,6 +128,8 @@ def _rl_role_problems(rl) -> list[str]:
     found = []
     if rl.rollout.actors < 1:
         found.append(f"rl.rollout.actors={rl.rollout.actors}: expected >= 1 rollout-engine actor")
+    if rl.rollout.spares < 0:
+        found.append(f"rl.rollout.spares={rl.rollout.spares}: expected >= 0 standby engines")
     for key in ("role_retries", "trainer_restarts"):
         if getattr(rl, key) < 0:
             found.append(f"rl.{key}={getattr(rl, key)}: expected >= 0")

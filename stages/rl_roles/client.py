@@ -52,9 +52,17 @@ def global_rng_untouched():
 
 
 class RoleClient:
-    def __init__(self, ray, rollout_actors: int, retries: int):
+    """Rollout *slots* (prompt j of a step goes to slot j mod n) served by actors; a warm
+    spare (`rl.rollout.spares`, imported and built but holding no weights) takes over a
+    slot whose actor died, so the step waits for one weight sync, not for a process
+    restart. Ray restarts the dead actor meanwhile, and it becomes the next spare."""
+
+    def __init__(self, ray, rollout_actors: int, spares: int, retries: int):
         self.ray, self.retries = ray, retries
-        self.rollout = [ray.get_actor(rollout_actor_name(i)) for i in range(rollout_actors)]
+        names = [rollout_actor_name(i) for i in range(rollout_actors + spares)]
+        self.actors = {name: ray.get_actor(name) for name in names}
+        self.slots, self.spares = names[:rollout_actors], names[rollout_actors:]
+        self.synced: dict[str, int] = {}
         self.reward = ray.get_actor(REWARD)
         self.version: int | None = None
         self.digest: str | None = None
@@ -62,40 +70,76 @@ class RoleClient:
 
     # -- weight sync -----------------------------------------------------------------
     def sync_weights(self, version: int, state: dict, events: list) -> None:
-        """Policy `version` to every rollout actor through the object store (one put)."""
+        """Policy `version` to every serving actor through the object store (one put)."""
         self.version, self.digest = version, weights_digest(state)
         self._weights_ref = self.ray.put(state)
         started = time.perf_counter()
-        replies = [self._call(actor, lambda a=actor: a.sync.remote(version, self._weights_ref, self.digest),
-                              rollout_actor_name(i), version, events, resync=None)
-                   for i, actor in enumerate(self.rollout)]
+        for name in self.slots:
+            self._sync(name, events)
         events.append({"kind": "weight_sync", "version": version, "digest": self.digest,
-                       "actors": [r["actor"] for r in replies],
-                       "seconds": round(time.perf_counter() - started, 4)})
+                       "actors": list(self.slots), "seconds": round(time.perf_counter() - started, 4)})
 
-    def _resync(self, index: int, events: list) -> None:
-        actor = self.rollout[index]
+    def _sync(self, name: str, events: list) -> None:
+        actor = self.actors[name]
         self._call(actor, lambda: actor.sync.remote(self.version, self._weights_ref, self.digest),
-                   rollout_actor_name(index), self.version, events, resync=None)
-        events.append({"kind": "weight_resync", "role": rollout_actor_name(index),
-                       "version": self.version, "digest": self.digest})
+                   name, self.version, events)
+        self.synced[name] = self.version
+
+    def _serving(self, slot: int, events: list) -> str:
+        """The actor serving `slot`, synced to the current version (a spare that just took
+        over, or a restarted actor, is synced here: `weight_resync`)."""
+        name = self.slots[slot]
+        if self.synced.get(name) != self.version:
+            self._sync(name, events)
+            events.append({"kind": "weight_resync", "role": name, "version": self.version,
+                           "digest": self.digest})
+        return name
+
+    def _fail_over(self, slot: int, dead: str, events: list) -> None:
+        self.synced.pop(dead, None)
+        if self.slots[slot] != dead or not self.spares:
+            return  # already replaced, or no spare: Ray's restart of `dead` is awaited
+        spare = self.spares.pop(0)
+        self.slots[slot] = spare
+        self.spares.append(dead)  # once Ray has restarted it
+        events.append({"kind": "failover", "role": dead, "to": spare, "slot": slot})
 
     # -- requests ------------------------------------------------------------------------
     def rollouts(self, requests: list[RolloutRequest], events: list) -> dict:
-        """prompt index -> RolloutResult; prompt j of the step goes to actor j mod n."""
-        pending = {}
+        """prompt index -> RolloutResult; prompt j of the step goes to slot j mod n."""
+        pending = []
         for j, request in enumerate(requests):
-            index = j % len(self.rollout)
-            pending[request.prompt_index] = (index, self.rollout[index].generate.remote(request))
-        results = {}
-        for j, request in enumerate(requests):
-            index, ref = pending[request.prompt_index]
-            actor = self.rollout[index]
-            results[request.prompt_index] = self._call(
-                actor, lambda a=actor, r=request: a.generate.remote(r), rollout_actor_name(index),
-                request.step, events, first=ref, resync=lambda i=index: self._resync(i, events),
-                detail={"prompt_index": request.prompt_index, "seeds": request.seeds})
-        return results
+            slot = j % len(self.slots)
+            name = self.slots[slot]
+            pending.append((slot, name, request, self.actors[name].generate.remote(request)))
+        return {request.prompt_index: self._generate(slot, name, request, ref, events)
+                for slot, name, request, ref in pending}
+
+    def _generate(self, slot: int, name: str, request, ref, events: list):
+        """The request's result; when its actor died, fail the slot over (or await the
+        restart), sync, and re-issue it unchanged (same seeds, same policy version)."""
+        detail = {"prompt_index": request.prompt_index, "seeds": request.seeds}
+        failed_at, first_dead = None, None
+        for attempt in range(self.retries + 1):
+            try:
+                value = self.ray.get(ref)
+                if failed_at is not None:  # the time this failure cost the request
+                    events.append({"kind": "recovered", "role": first_dead, "served_by": name,
+                                   "step": request.step,
+                                   "seconds": round(time.perf_counter() - failed_at, 4), **detail})
+                return value
+            except _role_errors() as exc:
+                failed_at, first_dead = failed_at or time.perf_counter(), first_dead or name
+                events.append({"kind": "role_failure", "role": name, "step": request.step,
+                               "attempt": attempt + 1, "error": type(exc).__name__, **detail})
+                if attempt == self.retries:
+                    raise RoleGaveUp(name, request.step, attempt + 1, type(exc).__name__) from None
+                self._fail_over(slot, name, events)
+                name = self._serving(slot, events)
+                ref = self.actors[name].generate.remote(request)
+                events.append({"kind": "retry", "role": name, "step": request.step,
+                               "attempt": attempt + 2, **detail})
+        raise AssertionError("unreachable")
 
     def rewards(self, step: int, items: list[tuple[int, list[int], object, object]],
                 events: list) -> dict:
@@ -103,14 +147,13 @@ class RoleClient:
         refs = {p: self.reward.score.remote(step, p, ids, tokens, mask)
                 for p, ids, tokens, mask in items}
         return {p: self._call(self.reward, lambda p=p, ids=ids, t=tokens, m=mask: self.reward.score.remote(step, p, ids, t, m),
-                              REWARD, step, events, first=refs[p], resync=None,
-                              detail={"prompt_index": p})
+                              REWARD, step, events, first=refs[p], detail={"prompt_index": p})
                 for p, ids, tokens, mask in items}
 
-    def _call(self, actor, submit, role: str, step: int, events: list, *, first=None, resync,
+    def _call(self, actor, submit, role: str, step: int, events: list, *, first=None,
               detail: dict | None = None):
-        """ray.get the call; when the actor died, record it, wait for its restart (and
-        re-sync a rollout actor), and re-issue the same request."""
+        """ray.get the call; when the actor died, record it, wait for Ray's restart of it,
+        and re-issue the same request (the reward actor; syncs of a rollout actor)."""
         ref = first if first is not None else submit()
         failed_at = None
         for attempt in range(self.retries + 1):
@@ -129,8 +172,6 @@ class RoleClient:
                 if attempt == self.retries:
                     raise RoleGaveUp(role, step, attempt + 1, type(exc).__name__) from None
                 self._await_restart(actor, role, step)
-                if resync is not None:
-                    resync()
                 ref = submit()
                 events.append({"kind": "retry", "role": role, "step": step,
                                "attempt": attempt + 2, **(detail or {})})

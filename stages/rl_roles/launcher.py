@@ -32,7 +32,7 @@ def start_roles(cfg, model_dir) -> list:
     faults, s = cfg.rl.faults, cfg.stage
     actors = [rollout_cls.options(name=rollout_actor_name(i)).remote(
         i, str(model_dir), faults.kill_rollout_actor_at_step if i == 0 else -1)
-        for i in range(cfg.rl.rollout.actors)]
+        for i in range(cfg.rl.rollout.actors + cfg.rl.rollout.spares)]
     actors.append(reward_cls.options(name=REWARD).remote(
         str(model_dir), s.reward_model_from if s.reward_model_weight > 0 else None, cfg.seed,
         cfg.data.max_operand, cfg.data.heldout_fraction, faults.kill_reward_actor_at_step))
@@ -60,7 +60,7 @@ def run_with_roles(cfg, model_dir, launch_once, note):
     try:
         actors = start_roles(cfg, model_dir)
         note(f"RL roles on Ray at {handle.address} ({'started with the stage' if handle.started_here else 'existing cluster'}): "
-             f"{cfg.rl.rollout.actors} rollout actor(s), 1 reward actor")
+             f"{cfg.rl.rollout.actors} rollout actor(s) + {cfg.rl.rollout.spares} warm spare(s), 1 reward actor")
         attempt, current, died = 0, cfg, {}
         while True:
             started = time.perf_counter()

@@ -55,7 +55,8 @@ class StepSource:
             if ray is None:
                 raise BatonError("the RL trainer was started without its roles (no Ray address "
                                  "from the launcher); run RL through `baton stage rl` or `baton run`")
-            self.client = RoleClient(ray, self.cfg.rl.rollout.actors, self.cfg.rl.role_retries)
+            self.client = RoleClient(ray, self.cfg.rl.rollout.actors, self.cfg.rl.rollout.spares,
+                                     self.cfg.rl.role_retries)
         return self.client
 
     def journaled(self, step: int) -> Path | None:
