@@ -54,7 +54,8 @@ class RolloutActor:
             raise RuntimeError(f"{rollout_actor_name(self.index)}: weights of policy version "
                                f"{version} arrived with digest {digest[:16]}…, sent as "
                                f"{expected_digest[:16]}…")
-        return {"actor": rollout_actor_name(self.index), "version": version, "digest": digest}
+        return {"actor": rollout_actor_name(self.index), "version": version, "digest": digest,
+                "pid": os.getpid()}
 
     def generate(self, request):
         if self.engine.version != request.policy_version:

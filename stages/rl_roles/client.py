@@ -62,7 +62,8 @@ class RoleClient:
         names = [rollout_actor_name(i) for i in range(rollout_actors + spares)]
         self.actors = {name: ray.get_actor(name) for name in names}
         self.slots, self.spares = names[:rollout_actors], names[rollout_actors:]
-        self.synced: dict[str, int] = {}
+        self.synced: dict[str, tuple[int, int]] = {}
+        """actor -> (policy version, pid) of the incarnation last synced."""
         self.reward = ray.get_actor(REWARD)
         self.version: int | None = None
         self.digest: str | None = None
@@ -81,22 +82,25 @@ class RoleClient:
 
     def _sync(self, name: str, events: list) -> None:
         actor = self.actors[name]
-        self._call(actor, lambda: actor.sync.remote(self.version, self._weights_ref, self.digest),
-                   name, self.version, events)
-        self.synced[name] = self.version
+        reply = self._call(actor, lambda: actor.sync.remote(self.version, self._weights_ref, self.digest),
+                           name, self.version, events)
+        self.synced[name] = (self.version, reply["pid"])
 
     def _serving(self, slot: int, events: list) -> str:
         """The actor serving `slot`, synced to the current version (a spare that just took
         over, or a restarted actor, is synced here: `weight_resync`)."""
         name = self.slots[slot]
-        if self.synced.get(name) != self.version:
+        if self.synced.get(name, (None, None))[0] != self.version:
             self._sync(name, events)
             events.append({"kind": "weight_resync", "role": name, "version": self.version,
                            "digest": self.digest})
         return name
 
-    def _fail_over(self, slot: int, dead: str, events: list) -> None:
-        self.synced.pop(dead, None)
+    def _fail_over(self, slot: int, dead: str, sent_to, events: list) -> None:
+        """`sent_to`: the (version, pid) synced when the failed request was sent; if `dead`
+        was re-synced since (a restarted incarnation), this failure is an old one."""
+        if self.synced.get(dead) == sent_to:
+            self.synced.pop(dead, None)
         if self.slots[slot] != dead or not self.spares:
             return  # already replaced, or no spare: Ray's restart of `dead` is awaited
         spare = self.spares.pop(0)
@@ -111,13 +115,15 @@ class RoleClient:
         for j, request in enumerate(requests):
             slot = j % len(self.slots)
             name = self.slots[slot]
-            pending.append((slot, name, request, self.actors[name].generate.remote(request)))
-        return {request.prompt_index: self._generate(slot, name, request, ref, events)
-                for slot, name, request, ref in pending}
+            pending.append((slot, name, self.synced.get(name), request,
+                            self.actors[name].generate.remote(request)))
+        return {request.prompt_index: self._generate(slot, name, sent_to, request, ref, events)
+                for slot, name, sent_to, request, ref in pending}
 
-    def _generate(self, slot: int, name: str, request, ref, events: list):
+    def _generate(self, slot: int, name: str, sent_to, request, ref, events: list):
         """The request's result; when its actor died, fail the slot over (or await the
-        restart), sync, and re-issue it unchanged (same seeds, same policy version)."""
+        restart), sync, and re-issue it unchanged (same seeds, same policy version).
+        `sent_to`: the incarnation (version, pid) the request was sent to."""
         detail = {"prompt_index": request.prompt_index, "seeds": request.seeds}
         failed_at, first_dead = None, None
         for attempt in range(self.retries + 1):
@@ -134,8 +140,9 @@ class RoleClient:
                                "attempt": attempt + 1, "error": type(exc).__name__, **detail})
                 if attempt == self.retries:
                     raise RoleGaveUp(name, request.step, attempt + 1, type(exc).__name__) from None
-                self._fail_over(slot, name, events)
+                self._fail_over(slot, name, sent_to, events)
                 name = self._serving(slot, events)
+                sent_to = self.synced.get(name)
                 ref = self.actors[name].generate.remote(request)
                 events.append({"kind": "retry", "role": name, "step": request.step,
                                "attempt": attempt + 2, **detail})

@@ -104,6 +104,8 @@ def test_an_uninterrupted_run_journals_every_step_and_learns_from_nonzero_advant
 FAULTS = {
     "two_rollout_actors": ["rl.rollout.actors=2"],
     "rollout_actor_killed": [f"rl.faults.kill_rollout_actor_at_step={FAULT_STEP}"],
+    "rollout_actor_killed_no_spare": ["rl.rollout.spares=0",
+                                      f"rl.faults.kill_rollout_actor_at_step={FAULT_STEP}"],
     "reward_actor_killed": [f"rl.faults.kill_reward_actor_at_step={FAULT_STEP}"],
     "trainer_killed": [f"rl.faults.kill_trainer_at_step={FAULT_STEP}"],
 }
@@ -121,9 +123,16 @@ def test_the_final_policy_is_bit_identical_whatever_failed(case, straight, train
         assert served == {"rollout-0", "rollout-1"}
         assert not [e for e in events if e["kind"] == "role_failure"]
     elif case == "rollout_actor_killed":
-        assert kinds[("role_failure", "rollout-0")] >= 1 and kinds[("retry", "rollout-0")] >= 1
-        assert kinds[("weight_resync", "rollout-0")] >= 1
+        # The warm spare takes the slot (one weight sync); Ray restarts rollout-0 meanwhile.
+        assert kinds[("role_failure", "rollout-0")] >= 1 and kinds[("failover", "rollout-0")] == 1
+        assert kinds[("weight_resync", "rollout-1")] == 1 and kinds[("retry", "rollout-1")] >= 1
         assert {e["segment"] for e in events if e["kind"] == "role_failure"} == {FAULT_STEP + 1}
+        later = [e for e in events if e["kind"] == "weight_sync" and e["version"] > FAULT_STEP]
+        assert all(e["actors"] == ["rollout-1"] for e in later)
+    elif case == "rollout_actor_killed_no_spare":
+        # Ray restarts rollout-0; it is re-synced to the current version and serves again.
+        assert kinds[("role_failure", "rollout-0")] >= 1 and kinds[("weight_resync", "rollout-0")] == 1
+        assert kinds[("retry", "rollout-0")] >= 1 and not kinds[("failover", "rollout-0")]
     elif case == "reward_actor_killed":
         assert kinds[("role_failure", "reward")] >= 1 and kinds[("recovered", "reward")] >= 1
         assert not [e for e in events if e["kind"] == "weight_resync"]
