@@ -56,11 +56,7 @@ def problems(cfg: BatonConfig) -> list[str]:
         found.append(f"stage.seq_len={s.seq_len} exceeds model.max_position_embeddings="
                      f"{cfg.model.max_position_embeddings}")
     if s.name == "rl":
-        found += _rl_problems(s)
-        if p.zero_stage == 3:
-            found.append("parallel.zero_stage=3 with stage rl: the trainer syncs the full policy "
-                         "from rank 0 to the rollout actors, which ZeRO-3 partitions across ranks; "
-                         "use parallel.zero_stage=0, 1 or 2 for RL")
+        found += _rl_problems(s, p.zero_stage)
     if not 0.0 < cfg.data.heldout_fraction < 1.0:
         found.append(f"data.heldout_fraction={cfg.data.heldout_fraction}: expected in (0, 1)")
     found += _handoff_problems(cfg)
@@ -143,8 +139,12 @@ def _rl_role_problems(rl) -> list[str]:
     return found
 
 
-def _rl_problems(s) -> list[str]:
+def _rl_problems(s, zero_stage: int) -> list[str]:
     found = []
+    if zero_stage == 3:
+        found.append("parallel.zero_stage=3 with stage rl: the trainer syncs the full policy "
+                     "from rank 0 to the rollout actors, which ZeRO-3 partitions across ranks; "
+                     "use parallel.zero_stage=0, 1 or 2 for RL")
     if s.group_size < 2:
         found.append(f"stage.group_size={s.group_size}: expected >= 2 (advantages are "
                      "normalised within a group, a group of one has none)")
