@@ -108,7 +108,7 @@ class Recording:
             for event in records["events"]:
                 role = event.get("role") or ("rollout" if event["kind"] == "weight_sync" else "trainer")
                 self.store.record_event(stage_run.id, role, event["kind"], step=step, detail=event)
-                events.append({"step": step, **event})
+                events.append({**event, "segment": step})  # event["step"] is 0-based
         if stage_run.mlflow_run_id and segments:
             self.mlflow.log_rl_journal(stage_run.mlflow_run_id, segments, events)
 

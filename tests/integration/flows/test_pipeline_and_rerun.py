@@ -102,3 +102,5 @@ def test_the_rl_journal_is_indexed_in_lineage_and_mlflow(pipeline_run, tmp_path)
     local = client.download_artifacts(run.info.run_id, "rl/journal.json", str(tmp_path))
     journal = json.loads(Path(local).read_text())
     assert [s["step"] for s in journal["segments"]] == [1, 2, 3, 4]
+    syncs = [e for e in journal["events"] if e["kind"] == "weight_sync"]
+    assert [(e["segment"], e["version"]) for e in syncs] == [(1, 0), (2, 1), (3, 2), (4, 3)]
