@@ -105,6 +105,11 @@ def read_segment(root: Path, step: int) -> tuple[dict, dict[str, torch.Tensor]]:
     return _parse_records(seg, data[RECORDS]), _parse_tensors(seg, data[TENSORS])
 
 
+def is_committed(root: Path, step: int) -> bool:
+    """The segment of `step` has its manifest (written last: the commit marker)."""
+    return (segment_dir(root, step) / MANIFEST).is_file()
+
+
 def committed_steps(root: Path) -> list[int]:
     """Steps whose segment has its manifest; staging dirs and anything else are ignored."""
     root = Path(root)

@@ -15,13 +15,11 @@ import torch.distributed as dist
 from stages.frozen import checkpoint_identity, frozen_model
 from stages.kl_controller import build_kl_controller
 from stages.objective import CausalLMObjective
-from stages.sampling import decode_rows, generate, greedy_accuracy, seeded_generator
+from stages.sampling import EVAL_STREAM, decode_rows, generate, greedy_accuracy, seeded_generator
 from stages.tasks import HELDOUT, TRAIN, check_answer
 
 KL_CONTROLLER, REFERENCE, REWARD_MODEL = "kl_controller", "reference", "reward_model"
 JOURNAL = "journal"
-# Generator streams: a training rollout is keyed by (step, prompt), an eval sample by prompt only.
-TRAIN_STREAM, EVAL_STREAM = 0, 1
 METRICS = ("reward", "kl", "entropy", "response_length")
 # Samples per held-out prompt in eval_reward: one sample per prompt is too noisy to
 # see a policy improve on a small held-out set.

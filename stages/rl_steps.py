@@ -20,11 +20,11 @@ import torch.distributed as dist
 from ckpt import journal
 from ckpt.layout import stage_dir
 from core.errors import BatonError
+from stages.rl_roles.cluster import ENV_ATTEMPT, ENV_DIED_AT
 from stages.rl_roles.groups import segment_of, trained_of
 from stages.rl_roles.source import StepSource
 
 JOURNAL_DIR = "journal"
-ENV_ATTEMPT, ENV_DIED_AT = "BATON_TRAINER_ATTEMPT", "BATON_TRAINER_DIED_AT"
 CURSOR = "cursor"
 
 

@@ -12,6 +12,11 @@ import numpy as np
 import torch
 
 
+# Generator streams: a training rollout sample is keyed by (step, prompt, sample), an
+# eval sample by prompt only.
+TRAIN_STREAM, EVAL_STREAM = 0, 1
+
+
 def seeded_generator(*key: int) -> torch.Generator:
     """A CPU generator seeded from integers only (e.g. seed, step, prompt index), so a
     rollout never depends on the rank, the world size or the global RNG state."""

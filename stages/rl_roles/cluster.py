@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from core.errors import BatonError
 
 ENV_ADDRESS, ENV_NAMESPACE = "BATON_RAY_ADDRESS", "BATON_RAY_NAMESPACE"
+# Told to a (re)launched trainer: which attempt it is, and when the previous one died.
+ENV_ATTEMPT, ENV_DIED_AT = "BATON_TRAINER_ATTEMPT", "BATON_TRAINER_DIED_AT"
 LOOPBACK = "127.0.0.1"
 SINGLE_MACHINE = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 PROBE_TIMEOUT_S = 5

@@ -9,16 +9,13 @@ also writes it to the stage log.
 """
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from dataclasses import replace
 
 from stages.rl_roles import cluster
+from stages.rl_roles.cluster import ENV_ATTEMPT, ENV_DIED_AT
 from stages.rl_roles.actors import MAX_RESTARTS, REWARD, RewardActor, RolloutActor, rollout_actor_name
-
-log = logging.getLogger("baton.rl")
-ENV_ATTEMPT, ENV_DIED_AT = "BATON_TRAINER_ATTEMPT", "BATON_TRAINER_DIED_AT"
 
 
 def start_roles(cfg, model_dir) -> list:

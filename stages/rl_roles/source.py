@@ -16,9 +16,7 @@ from ckpt import journal
 from core.errors import BatonError
 from stages.rl_roles.engine import RolloutRequest
 from stages.rl_roles.groups import Group, group_from, groups_of
-from stages.sampling import seeded_generator
-
-TRAIN_STREAM = 0
+from stages.sampling import TRAIN_STREAM, seeded_generator
 
 
 class JournalIncomplete(BatonError):
@@ -63,12 +61,12 @@ class StepSource:
         """The journal that holds segment step+1 (the update made at 0-based `step`)."""
         if self.replay_root is not None:
             return self.replay_root
-        if (journal.segment_dir(self.journal_root, step + 1) / journal.MANIFEST).is_file():
+        if journal.is_committed(self.journal_root, step + 1):
             return self.journal_root
         return None
 
     def from_journal(self, root: Path, step: int) -> tuple[list[Group], dict, dict]:
-        if not (journal.segment_dir(root, step + 1) / journal.MANIFEST).is_file():
+        if not journal.is_committed(root, step + 1):
             raise JournalIncomplete(root, step + 1, journal.committed_steps(root))
         records, tensors = journal.read_segment(root, step + 1)  # checksums before parsing
         return groups_of(records, tensors), records, tensors
