@@ -25,6 +25,7 @@ COMMANDS = {
     "lineage": ("baton.commands.lineage", "show | trace | handoff: browse the lineage store"),
     "db": ("baton.commands.db", "upgrade | current: manage the lineage schema"),
     "ui": ("baton.commands.ui", "start the MLflow UI on 127.0.0.1 against the run's store"),
+    "report": ("baton.commands.report", "a pipeline run's results as markdown, from its records"),
     "rerun": ("baton.commands.rerun", "re-run a stage from a recorded handoff and compare"),
     "rl": ("baton.commands.rl", "replay: re-apply journaled RL steps and compare | journal show"),
     "config": ("baton.commands.config", "print the resolved config for the given overrides"),

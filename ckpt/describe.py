@@ -1,6 +1,7 @@
 """What `baton ckpt inspect` reports about a checkpoint, without reading its tensors.
 
-Sizes come from the manifest (checked for shape, not checksums) and lineage from the
+Sizes and the content digest (ckpt.content_digest: what the checkpoint holds, wherever
+it lies) come from the manifest (checked for shape, not checksums) and lineage from the
 checkpoint's meta, so inspecting a large checkpoint stays instant.
 """
 from __future__ import annotations
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from ckpt import manifest as manifest_io
 from ckpt.compat import read_meta
+from ckpt.content_digest import content_digest
 
 
 def describe(directory: Path) -> tuple:
@@ -16,6 +18,7 @@ def describe(directory: Path) -> tuple:
     manifest = manifest_io.verify(directory, checksums=False)
     meta = read_meta(directory, manifest)
     info = {"path": str(directory), "stage": manifest.stage, "step": manifest.step,
+            "content_digest": content_digest(manifest),
             "mid_accumulation": manifest.mid_accumulation, "parallel": manifest.parallel,
             "components": {name: {"files": files,
                                   "bytes": sum(manifest.files[f]["size"] for f in files)}

@@ -1,13 +1,23 @@
 """Compare two checkpoints component by component, tensor by tensor.
 
 Every file is read once and checked against its manifest before it is parsed
-(ckpt.reader); pickles are loaded weights_only. `meta.json` (config,
-argv, library versions) is reported but never makes checkpoints "different": a
-resumed run legitimately records a different `resume=` than the straight one.
+(ckpt.reader); pickles are loaded weights_only.
+
+Two checkpoints are IDENTICAL when they hold the same training state: every state file,
+and the manifest's stage, step, mid-accumulation flag and parallel layout. Where a
+checkpoint lies and how it was made are not state, so they are reported as
+informational notes and never make checkpoints "different": `meta.json` (config, argv,
+paths, versions; a resumed run legitimately records another `resume=`), DeepSpeed's
+copied `.py` scripts, and the manifest's `extra` (parent, `source`, `resharded_from`),
+signature and hashing scheme. A reproduction in another run directory is IDENTICAL.
+
+The report carries both checkpoints' content digests (ckpt.content_digest). Equal
+digests mean the same state; unequal ones may still be IDENTICAL here: the same bytes
+hashed under another scheme, values within --atol, or another distributed backend.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -15,10 +25,15 @@ import torch
 from ckpt import content_hash
 from ckpt import manifest as manifest_io
 from ckpt.checkpointer import META, classify
+from ckpt.content_digest import content_digest, is_state_file
 from ckpt.errors import CheckpointError, UnreadablePayload
 from ckpt.reader import CheckpointReader
 
 INFORMATIONAL = {META}
+# The pseudo-file under which the manifest's training facts are compared.
+MANIFEST_FACTS = manifest_io.MANIFEST
+# Differing keys named in one note; the rest are counted.
+NOTE_KEYS = 6
 
 
 @dataclass
@@ -37,10 +52,17 @@ class DiffReport:
     only_in_a: list[str] = field(default_factory=list)
     only_in_b: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    """Informational differences: where and how each checkpoint was made, not what it holds."""
+    content_digest_a: str = ""
+    content_digest_b: str = ""
 
     @property
     def identical(self) -> bool:
         return not self.only_in_a and not self.only_in_b and all(f.identical for f in self.files)
+
+    @property
+    def same_content_digest(self) -> bool:
+        return self.content_digest_a == self.content_digest_b
 
 
 def _flatten(value, prefix: str, out: dict) -> None:
@@ -97,24 +119,74 @@ def _compare(a, b, diff: FileDiff, atol: float) -> None:
             diff.first_difference = diff.first_difference or key or "<value>"
 
 
+def _differing_keys(a, b) -> list[str]:
+    flat_a, flat_b = {}, {}
+    _flatten(a, "", flat_a)
+    _flatten(b, "", flat_b)
+    return [key or "<value>" for key in sorted(set(flat_a) | set(flat_b))
+            if flat_a.get(key, "<absent>") != flat_b.get(key, "<absent>")]
+
+
+def _note(what: str, keys: list[str], why: str) -> str:
+    named = ", ".join(keys[:NOTE_KEYS]) + (f" and {len(keys) - NOTE_KEYS} more"
+                                           if len(keys) > NOTE_KEYS else "")
+    return f"{what} differs at {named} (informational: {why})"
+
+
+def _facts(manifest) -> dict:
+    """What the manifest says about the state itself (part of the content digest)."""
+    return {"stage": manifest.stage, "step": manifest.step,
+            "mid_accumulation": manifest.mid_accumulation, "layout": asdict(manifest.layout)}
+
+
+def _provenance(manifest) -> dict:
+    """What the manifest says beyond the state: where the checkpoint came from, how it was
+    hashed and signed, and parallel keys that are not the layout (the backend)."""
+    layout_keys = set(asdict(manifest.layout)) | {"gradient_accumulation_steps"}
+    return {"extra": manifest.extra, "signature": manifest.signature,
+            "hashing": manifest.hashing, "format": manifest.format,
+            "parallel": {k: v for k, v in manifest.parallel.items() if k not in layout_keys}}
+
+
+def _compare_manifests(ma, mb, report: DiffReport) -> None:
+    facts = FileDiff(MANIFEST_FACTS, ["stage/step/layout"])
+    _compare(_facts(ma), _facts(mb), facts, atol=0.0)
+    report.files.append(facts)
+    keys = _differing_keys(_provenance(ma), _provenance(mb))
+    if keys:
+        report.notes.append(_note(MANIFEST_FACTS, keys, "provenance, hashing or signature, "
+                                  "not what it holds"))
+
+
+def _split_only_in(names: set[str], side: str, report: DiffReport) -> list[str]:
+    """State files present on one side only; the others (DeepSpeed's `.py` scripts) become notes."""
+    report.notes += [f"only in {side}: {rel} (informational: not training state)"
+                     for rel in sorted(names) if not is_state_file(rel)]
+    return sorted(rel for rel in names if is_state_file(rel))
+
+
 def diff_checkpoints(a: str | Path, b: str | Path, atol: float = 0.0) -> DiffReport:
     a, b = Path(a), Path(b)
     ma, mb = manifest_io.verify(a), manifest_io.verify(b)
     ra, rb = CheckpointReader(a, ma), CheckpointReader(b, mb)
-    report = DiffReport(only_in_a=sorted(set(ma.files) - set(mb.files)),
-                        only_in_b=sorted(set(mb.files) - set(ma.files)))
+    report = DiffReport(content_digest_a=content_digest(ma), content_digest_b=content_digest(mb))
+    report.only_in_a = _split_only_in(set(ma.files) - set(mb.files), "A", report)
+    report.only_in_b = _split_only_in(set(mb.files) - set(ma.files), "B", report)
+    _compare_manifests(ma, mb, report)
     zero = ma.layout.zero_stage
     for rel in sorted(set(ma.files) & set(mb.files)):
         if rel.endswith(".py"):
             continue  # DeepSpeed's copied helper scripts, not state
+        same_bytes = content_hash.identity(ma.files[rel]) == content_hash.identity(mb.files[rel])
+        if rel in INFORMATIONAL:
+            keys = [] if same_bytes else _differing_keys(_read(ra, rel), _read(rb, rel))
+            if keys:
+                report.notes.append(_note(rel, keys, "how and where it was run, not what it holds"))
+            continue
         diff = FileDiff(rel, classify(rel, zero))
-        if content_hash.identity(ma.files[rel]) == content_hash.identity(mb.files[rel]):
+        if same_bytes:
             diff.compared = 1
         else:
             _compare(_read(ra, rel), _read(rb, rel), diff, atol)
-        if rel in INFORMATIONAL:
-            if not diff.identical:
-                report.notes.append(f"{rel} differs at {diff.first_difference} (informational)")
-            continue
         report.files.append(diff)
     return report

@@ -19,6 +19,7 @@ from flows.stage_config import stage_config
 def run_handoff(overrides: list[str], name: str, pipeline_run_id: int, from_stage_run_id: int,
                 stage_root: str) -> dict:
     from ckpt import signing
+    from core.repro import pin_this_process
     from flows.recording import Recording
     from handoff import decide
     from handoff.candidates import evaluate_candidates, new_parameters
@@ -27,6 +28,7 @@ def run_handoff(overrides: list[str], name: str, pipeline_run_id: int, from_stag
     from stages.model import ensure_model_dir
 
     cfg = stage_config(overrides, None, stage_root)
+    pin_this_process(cfg.repro)  # candidates are evaluated in this process
     signing.configure(cfg.ckpt.signing_key_env)  # candidates are read (and resharded) here
     plan = cfg.pipeline.handoffs[name]
     target = stage_config(overrides, plan.to_stage, stage_root)

@@ -5,28 +5,17 @@ other processes (Prefect workers) with nothing but ids and paths passed between 
 """
 from __future__ import annotations
 
-import subprocess
+import json
 from pathlib import Path
 
 from core.config.compose import as_dict, config_hash
+from core.fingerprint import code_version
 from ckpt import manifest as manifest_io
+from ckpt.content_digest import content_digest
 from ckpt.layout import stage_dir
 from ckpt.reader import CheckpointReader
 from ckpt.reproduce import read_trace
-from stages.run_files import METRICS
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def code_version() -> str:
-    try:
-        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else "unknown"
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
+from stages.run_files import ENVIRONMENT, METRICS
 
 
 class Recording:
@@ -64,7 +53,9 @@ class Recording:
         return run
 
     def stage_outputs(self, stage_run, run_dir: Path, checkpoints: list[dict]) -> list:
-        """Per-step metrics to MLflow; every committed checkpoint to lineage and MLflow."""
+        """Per-step metrics to MLflow; the environment fingerprint and every committed
+        checkpoint to lineage and MLflow."""
+        self.environment(stage_run, stage_dir(run_dir, stage_run.stage) / ENVIRONMENT)
         metrics_file = stage_dir(run_dir, stage_run.stage) / METRICS
         trace = read_trace(metrics_file) if metrics_file.is_file() else {}
         if stage_run.mlflow_run_id:
@@ -81,13 +72,23 @@ class Recording:
             ckpt = self.store.record_checkpoint(
                 stage_run.id, manifest.step, str(path), manifest_io.checksum_of(path / manifest_io.MANIFEST),
                 manifest.total_bytes(), "deepspeed", manifest.parallel,
-                tokens_seen=progress["tokens_seen"], metrics=trace.get(manifest.step, {}))
+                tokens_seen=progress["tokens_seen"], metrics=trace.get(manifest.step, {}),
+                content_digest=content_digest(manifest))
             if stage_run.mlflow_run_id:
                 self.mlflow.log_checkpoint(stage_run.mlflow_run_id, ckpt, path / manifest_io.MANIFEST)
             recorded.append(ckpt)
         if stage_run.stage == "rl":
             self.rl_journal(stage_run, run_dir)
         return recorded
+
+    def environment(self, stage_run, path: Path) -> None:
+        """The fingerprint the workers wrote (absent when they never started)."""
+        if not path.is_file():
+            return
+        fingerprint = json.loads(path.read_text())
+        self.store.set_stage_environment(stage_run.id, fingerprint)
+        if stage_run.mlflow_run_id:
+            self.mlflow.log_environment(stage_run.mlflow_run_id, fingerprint)
 
     def rl_journal(self, stage_run, run_dir: Path) -> None:
         """Index every committed journal segment (checked against its manifest) and record

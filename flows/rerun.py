@@ -39,7 +39,7 @@ def rerun_task(handoff_id: int, overrides: list[str]) -> dict:
     result = launch_stage(plan.cfg, plan.model_dir, {"rerun_of_stage_run": original_run.id,
                                                      "handoffs": [handoff_id]})
     rec.stage_outputs(stage_run, plan.attempt_dir, result.checkpoints)
-    outcome = verdict(plan, handoff.to_stage, result.checkpoints)
+    outcome = verdict(plan, handoff.to_stage, result.checkpoints, original_run.environment)
     rec.store.record_event(stage_run.id, "trainer", "rerun",
                            detail={"handoff_id": handoff_id, "original_stage_run": original_run.id,
                                    **asdict(outcome)})

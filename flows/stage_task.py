@@ -31,6 +31,7 @@ def infrastructure_only(task, task_run, state) -> bool:
 def run_stage(overrides: list[str], stage: str, pipeline_run_id: int, root: str,
               inputs: list[dict]) -> dict:
     from core.errors import BatonError
+    from core.repro import pin_this_process
     from flows.recording import Recording
     from handoff.carry import inputs_as_overrides
     from stages.launch import launch_stage
@@ -38,6 +39,7 @@ def run_stage(overrides: list[str], stage: str, pipeline_run_id: int, root: str,
 
     policy, extra = inputs_as_overrides(inputs)
     cfg = stage_config(overrides, stage, root, extra)
+    pin_this_process(cfg.repro)  # the built-in model is created (randomly initialised) here
     rec = Recording(cfg)
     parallel = Layout.from_config(cfg).sharding.to_dict()
     stage_run = rec.start_stage(pipeline_run_id, stage, parallel,

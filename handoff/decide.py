@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ckpt import manifest as manifest_io
+from ckpt.content_digest import content_digest_of
 from ckpt.parallel_layout import Layout, Sharding
 from handoff.selection import Candidate, select
 
@@ -59,9 +60,11 @@ def prepare_input(chosen: str | Path, dst: Path, source_cfg, target_cfg) -> Hand
     target = Layout.from_config(target_cfg).sharding
     if source == target:
         checksum = manifest_io.checksum_of(src / manifest_io.MANIFEST)
+        digest = content_digest_of(src)
         record = {"source": str(src), "source_parallel": source.to_dict(),
                   "target_parallel": target.to_dict(), "converter": "none (same layout)",
                   "input_manifest_sha256": checksum, "output_manifest_sha256": checksum,
+                  "input_content_digest": digest, "output_content_digest": digest,
                   "output": str(src)}
         return HandoffInput(str(src), record, {"passed": True, "detail": "identical layout: "
                                                 "the checkpoint is used as is"}, source, target)

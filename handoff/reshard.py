@@ -22,6 +22,7 @@ from core.config.compose import as_dict, config_hash, from_dict
 from core.errors import ConfigError
 from ckpt import manifest as manifest_io
 from ckpt import universal
+from ckpt.content_digest import content_digest, content_digest_of
 from ckpt.compat import read_meta
 from ckpt.equivalence import check_equivalence
 from ckpt.errors import ReshardError, ReshardNotEquivalent, ReshardUnsupported
@@ -42,6 +43,10 @@ class ReshardResult:
     deepspeed_version: str
     input_manifest_sha256: str
     output_manifest_sha256: str
+    input_content_digest: str
+    """ckpt.content_digest of SRC: what it holds, wherever it lies (its manifest sha256
+    also covers where it came from, so an identical copy elsewhere has another)."""
+    output_content_digest: str
     equivalence: dict
 
     def to_dict(self) -> dict:
@@ -104,7 +109,8 @@ def reshard(src: str | Path, dst: str | Path, cfg_overrides: list[str]) -> Resha
                  "target_parallel": target.to_dict(),
                  "converter": universal.converter_name(source.zero_stage),
                  "deepspeed_version": deepspeed.__version__,
-                 "input_manifest_sha256": manifest_io.checksum_of(src / MANIFEST)}
+                 "input_manifest_sha256": manifest_io.checksum_of(src / MANIFEST),
+                 "input_content_digest": content_digest(manifest)}
     work = dst.with_name("." + dst.name + WORK_SUFFIX)
     shutil.rmtree(work, ignore_errors=True)  # left by an interrupted reshard to the same DST
     try:
@@ -118,9 +124,12 @@ def reshard(src: str | Path, dst: str | Path, cfg_overrides: list[str]) -> Resha
         staged.rename(dst)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return ReshardResult(str(src), str(dst), source.to_dict(), target.to_dict(), transform["converter"],
-                         transform["deepspeed_version"], transform["input_manifest_sha256"],
-                         manifest_io.checksum_of(dst / MANIFEST), equivalence)
+    return ReshardResult(
+        str(src), str(dst), source.to_dict(), target.to_dict(), transform["converter"],
+        transform["deepspeed_version"], transform["input_manifest_sha256"],
+        output_manifest_sha256=manifest_io.checksum_of(dst / MANIFEST),
+        input_content_digest=transform["input_content_digest"],
+        output_content_digest=content_digest_of(dst), equivalence=equivalence)
 
 
 def _read_json(src: Path, manifest, rel: str) -> dict:
@@ -145,7 +154,7 @@ def _run_workers(src: Path, cfg, meta: dict, manifest, folder: Path, work: Path,
                  transform: dict) -> Path:
     """Launch the target ranks (same torchrun pattern as stages.launch); return the staged
     checkpoint they committed under `work/staging`."""
-    from stages.launch import worker_env
+    from stages.worker_env import worker_env
     from stages.lifeline import torchrun_command, write_launch_file
 
     staging = work / "staging"
@@ -160,7 +169,7 @@ def _run_workers(src: Path, cfg, meta: dict, manifest, folder: Path, work: Path,
         "probe_out": str(work / "probe.json")})
     # Under stages.lifeline: the target ranks die with this process, whatever kills it.
     command = torchrun_command(cfg.parallel.world_size, "stages.reshard_worker", launch_file)
-    proc = subprocess.run(command, env={**worker_env(), **binding}, capture_output=True, text=True)
+    proc = subprocess.run(command, env={**worker_env(cfg.repro), **binding}, capture_output=True, text=True)
     staged = committed_steps(staging)
     if proc.returncode != 0 or not staged:
         source = transform["source_parallel"]

@@ -18,7 +18,7 @@ from lineage import records as r
 EXPERIMENT = "baton"
 STATUS = {"completed": "FINISHED", "failed": "FAILED", "preempted": "KILLED",
           "running": "RUNNING"}
-HANDOFF_TAGS = ("id", "criterion", "chosen_step", "entropy", "from_stage")
+HANDOFF_TAGS = ("id", "criterion", "chosen_step", "entropy", "from_stage", "input_content_digest")
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -151,10 +151,12 @@ class MlflowLineage:
             source_run_id=stage_run_mlflow_id, model_type="baton-checkpoint",
             tags={MLFLOW_MODEL_IS_EXTERNAL: "true", "baton.checkpoint.id": str(checkpoint.id),
                   "baton.checkpoint.path": checkpoint.path, "baton.stage": checkpoint.stage,
-                  "baton.checkpoint.format": checkpoint.format},
+                  "baton.checkpoint.format": checkpoint.format,
+                  "baton.checkpoint.content_digest": checkpoint.content_digest or ""},
             params={"step": str(checkpoint.step), "tokens_seen": str(checkpoint.tokens_seen),
                     "bytes": str(checkpoint.bytes), "format": checkpoint.format,
                     "manifest_checksum": checkpoint.manifest_checksum,
+                    "content_digest": checkpoint.content_digest or "",
                     **{f"parallel.{k}": str(v) for k, v in checkpoint.parallel_config.items()}})
         self._log_model_files(model, checkpoint, manifest_path)
         client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
@@ -168,6 +170,20 @@ class MlflowLineage:
                 Metric(k, v, now, checkpoint.step, model_id=model.model_id)
                 for k, v in numeric.items()])
         return model.model_id
+
+    def log_environment(self, run_id: str, fingerprint: dict) -> None:
+        """The stage's environment fingerprint: `environment.json`, and as `env.*` params the
+        facts a reader filters runs by (repro mode, CPU capability and model, versions)."""
+        self.client.log_dict(run_id, fingerprint, "environment.json")
+        versions = fingerprint.get("versions", {})
+        params = {"env.repro_mode": fingerprint.get("repro_mode"),
+                  "env.cpu_capability": fingerprint.get("cpu_capability"),
+                  "env.cpu_model": (fingerprint.get("cpu") or {}).get("model"),
+                  "env.threads": (fingerprint.get("threads") or {}).get("intra_op"),
+                  "env.code": fingerprint.get("code"), "env.config_hash": fingerprint.get("config_hash"),
+                  **{f"env.{name}": v for name, v in versions.items()}}
+        from mlflow.entities import Param
+        self.client.log_batch(run_id, params=[Param(k, str(v)[:500]) for k, v in params.items()])
 
     def log_rl_journal(self, run_id: str, segments: list[dict], events: list[dict]) -> None:
         """The RL journal's index and every role event (weight syncs, failures, retries,
@@ -208,7 +224,9 @@ class MlflowLineage:
         values = {"id": handoff.id, "criterion": handoff.criterion,
                   "chosen_step": handoff.chosen_step,
                   "entropy": "n/a" if handoff.entropy is None else f"{handoff.entropy:.4f}",
-                  "from_stage": handoff.from_stage}
+                  "from_stage": handoff.from_stage,
+                  # Identity by content (ckpt.content_digest) of what the stage started from.
+                  "input_content_digest": (handoff.reshard or {}).get("output_content_digest", "")}
         for key in HANDOFF_TAGS:
             self.client.set_tag(downstream_run_id, prefix + key, str(values[key]))
         base = f"handoff/{handoff.id}-{handoff.from_stage}-to-{handoff.to_stage}"
@@ -257,6 +275,9 @@ class NullMlflowLineage:
         return ""
 
     def log_handoff(self, downstream_run_id, handoff, chosen_model_id, *, primary=True) -> None:
+        pass
+
+    def log_environment(self, run_id, fingerprint) -> None:
         pass
 
     def log_rl_journal(self, run_id, segments, events) -> None:

@@ -81,6 +81,8 @@ class StageRun(Base):
     owner_host: Mapped[Optional[str]] = mapped_column(String(255))
     owner_pid: Mapped[Optional[int]] = mapped_column(Integer)
     owner_pid_start: Mapped[Optional[int]] = mapped_column(BigInteger)
+    # The workers' environment fingerprint (core.fingerprint): what `baton rerun` compares.
+    environment: Mapped[Optional[dict[str, Any]]]
 
     pipeline_run: Mapped[PipelineRun] = relationship(back_populates="stage_runs")
 
@@ -94,6 +96,8 @@ class Checkpoint(Base):
     tokens_seen: Mapped[int] = mapped_column(BigInteger)
     path: Mapped[str] = mapped_column(Text, index=True)
     manifest_checksum: Mapped[str] = mapped_column(String(128))
+    # Identity by content (ckpt.content_digest): equal for reproductions in other places.
+    content_digest: Mapped[Optional[str]] = mapped_column(String(80), index=True)
     bytes: Mapped[int] = mapped_column(BigInteger)
     format: Mapped[str] = mapped_column(String(20))
     parallel_config: Mapped[dict[str, Any]]

@@ -71,13 +71,14 @@ class StageRun:
     resumed_from_checkpoint_id: Optional[int]
     owner_host: Optional[str] = None
     owner_pid: Optional[int] = None
+    environment: Optional[dict] = None
 
     @classmethod
     def of(cls, row: m.StageRun) -> "StageRun":
         return cls(row.id, row.pipeline_run_id, row.stage, row.attempt, row.handoff_id,
                    row.parallel_config, row.status, _aware(row.started_at),
                    _aware(row.ended_at), row.mlflow_run_id, row.resumed_from_checkpoint_id,
-                   row.owner_host, row.owner_pid)
+                   row.owner_host, row.owner_pid, row.environment)
 
 
 @dataclass(frozen=True)
@@ -95,12 +96,13 @@ class Checkpoint:
     metrics: dict
     committed: bool
     created_at: datetime
+    content_digest: Optional[str] = None
 
     @classmethod
     def of(cls, row: m.Checkpoint, stage: str) -> "Checkpoint":
         return cls(row.id, row.stage_run_id, stage, row.step, row.tokens_seen, row.path,
                    row.manifest_checksum, row.bytes, row.format, row.parallel_config,
-                   row.metrics, row.committed, _aware(row.created_at))
+                   row.metrics, row.committed, _aware(row.created_at), row.content_digest)
 
 
 @dataclass(frozen=True)

@@ -200,13 +200,21 @@ class LineageStore:
             return r.StageRun.of(row)
         return self._write(write)
 
+    def set_stage_environment(self, stage_run_id: int, environment: Mapping[str, Any]) -> r.StageRun:
+        def write(s: Session) -> r.StageRun:
+            row = q.get(s, m.StageRun, stage_run_id, "stage run", self.url)
+            row.environment = dict(environment)
+            return r.StageRun.of(row)
+        return self._write(write)
+
     # -- checkpoints, handoffs -----------------------------------------------------
 
     def record_checkpoint(self, stage_run_id: int, step: int, path: str | Path,
                           manifest_checksum: str, bytes: int, format: str,
                           parallel_config: Mapping[str, Any], *, tokens_seen: int = 0,
                           metrics: Optional[Mapping[str, Any]] = None,
-                          committed: bool = True) -> r.Checkpoint:
+                          committed: bool = True,
+                          content_digest: Optional[str] = None) -> r.Checkpoint:
         _check_choice("format", format, m.CHECKPOINT_FORMATS)
 
         def write(s: Session) -> r.Checkpoint:
@@ -215,7 +223,8 @@ class LineageStore:
                 stage_run_id=stage_run_id, step=step, tokens_seen=tokens_seen,
                 path=normalize_path(path), manifest_checksum=manifest_checksum, bytes=bytes,
                 format=format, parallel_config=dict(parallel_config),
-                metrics=dict(metrics or {}), committed=committed, created_at=m.utcnow())
+                metrics=dict(metrics or {}), committed=committed, created_at=m.utcnow(),
+                content_digest=content_digest)
             s.add(row)
             s.flush()
             return r.Checkpoint.of(row, run.stage)

@@ -20,6 +20,7 @@ from pathlib import Path
 from core.errors import BatonError
 from ckpt import manifest as manifest_io
 from ckpt.commit import fresh_staging
+from ckpt.content_digest import content_digest
 from ckpt.compat import read_meta
 
 CARD, PROVENANCE = "README.md", "baton_export.json"
@@ -89,7 +90,8 @@ def _handoff_text(p: dict) -> str:
 def model_card(p: dict) -> str:
     """README.md: where the weights come from, in words and as a table."""
     rows = [("checkpoint", f"`{p['checkpoint']}`"), ("stage", p["stage"]), ("step", p["step"]),
-            ("model class", p["model_class"]), ("manifest sha256", f"`{p['manifest_sha256']}`")]
+            ("model class", p["model_class"]), ("content digest", f"`{p.get('content_digest')}`"),
+            ("manifest sha256", f"`{p['manifest_sha256']}`")]
     if p.get("pipeline_run"):
         run = p["pipeline_run"]
         rows.insert(0, ("pipeline run", f"#{run['id']} {run['name']!r} ({run['status']})"))
@@ -125,6 +127,7 @@ def export(checkpoint: str | Path, out: str | Path, lineage_facts: dict | None =
         provenance = {"checkpoint": str(src), "stage": manifest.stage, "step": manifest.step,
                       "mid_accumulation": manifest.mid_accumulation,
                       "manifest_sha256": manifest_io.checksum_of(src / manifest_io.MANIFEST),
+                      "content_digest": content_digest(manifest),
                       "model_class": type(model).__name__, "auto_class": auto,
                       "config_hash": meta.get("config_hash"), "parent": meta.get("parent"),
                       "adopted": manifest.adopted, **(lineage_facts or {})}

@@ -8,7 +8,6 @@ the stage directory is locked for the whole launch (stages.run_lock).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from stages.preflight import check_stage_inputs
 from stages.lifeline import torchrun_command, write_launch_file
 from stages.run_files import RESULT
 from stages.run_lock import stage_lock
+from stages.worker_env import worker_env
 from stages.worker_output import WorkerOutput, killed_by_signal, python_error
 
 ERROR_FILE = "worker_error.json"
@@ -34,24 +34,6 @@ class StageResult:
     checkpoints: list[dict]
     checkpoints_dir: Path
     raw: dict
-
-
-def worker_env() -> dict:
-    env = dict(os.environ)
-    try:
-        import torch
-        has_gpu = torch.cuda.is_available()
-    except ImportError:
-        has_gpu = False
-    if not has_gpu:
-        env.setdefault("DS_ACCELERATOR", "cpu")
-    from stages.prebuild import extensions_dir
-
-    # Built once by `make install` (stages.prebuild); private to this environment.
-    env.setdefault("TORCH_EXTENSIONS_DIR", extensions_dir())
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    return env
 
 
 def launch_stage(cfg: BatonConfig, model_dir: Path, parent: dict | None = None, *,
@@ -91,7 +73,7 @@ def _launch_locked(cfg: BatonConfig, model_dir: Path, parent: dict | None,
     command = torchrun_command(cfg.parallel.world_size, "stages.worker", launch_file)
     # torchrun's @record writes a worker's Python exception here; its absence after a
     # failure means the workers were killed or never met (infrastructure).
-    process = subprocess.Popen(command, env={**worker_env(), **extra_env, **binding,
+    process = subprocess.Popen(command, env={**worker_env(cfg.repro), **extra_env, **binding,
                                              "TORCHELASTIC_ERROR_FILE": str(error_file)},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     output = WorkerOutput(directory)

@@ -33,8 +33,27 @@ def ensure_model_dir(cfg: BatonConfig) -> Path:
         with open(directory.with_name(directory.name + ".lock"), "a") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             if not (directory / "config.json").is_file():
-                _create_builtin(cfg.model, cfg.seed, directory)
+                _create_builtin_pinned(cfg, directory)
     return directory
+
+
+def _create_builtin_pinned(cfg: BatonConfig, directory: Path) -> None:
+    """The random initialisation runs ATen kernels, so it runs under `repro.mode`: in this
+    process when it is pinned to that mode (a `baton` command pins itself first), else in a
+    child process that is. Never by re-pinning this one: its environment would leak into
+    every process it starts later."""
+    from core.repro import runs_pinned
+
+    if runs_pinned(cfg.repro):
+        _create_builtin(cfg.model, cfg.seed, directory)
+        return
+    import subprocess
+    import sys
+
+    from stages.worker_env import worker_env
+    subprocess.run([sys.executable, "-m", "stages.builtin_model", str(directory),
+                    json.dumps(asdict(cfg.model)), str(cfg.seed), json.dumps(asdict(cfg.repro))],
+                   env=worker_env(cfg.repro), check=True, capture_output=True)
 
 
 def _create_builtin(spec: ModelConfig, seed: int, directory: Path) -> None:

@@ -3,7 +3,7 @@
 DeepSpeed JIT-compiles this op on first use in every worker, guarded by a lock file;
 a worker killed mid-compile leaves the lock behind and every later worker waits on it
 forever. Building it once, serially, into the virtual environment's own extensions
-directory (see `stages.launch.worker_env`) takes the compile out of training runs.
+directory (see `stages.worker_env`) takes the compile out of training runs.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from stages.frozen import checkpoint_identity, frozen_model
+from stages.frozen import checkpoint_identity, frozen_model, same_frozen_model
 from stages.kl_controller import build_kl_controller
 from stages.objective import CausalLMObjective
 from stages.sampling import EVAL_STREAM, decode_rows, generate, greedy_accuracy, seeded_generator
@@ -62,6 +62,8 @@ class RlObjective(CausalLMObjective):
         self.kl = build_kl_controller(stage_cfg)
         self.reference = self.reward_model = None
         self.identities: dict = {}
+        self.frozen_from: dict = {}  # role -> checkpoint path (None: the model directory)
+        self.model_dir = None
         self.step = 0
         self._sums = torch.zeros(len(METRICS) + 1, dtype=torch.float64)
         self.steps = None  # stages.rl_steps.RlSteps, bound by the worker (needs the run config)
@@ -73,11 +75,14 @@ class RlObjective(CausalLMObjective):
 
     def setup(self, model_dir) -> None:
         s = self.cfg
-        reference_from = s.reference_from or s.init_from
-        self.reference = frozen_model(self.model_class, model_dir, reference_from, "reference")
-        self.identities[REFERENCE] = checkpoint_identity(reference_from, model_dir)
+        self.model_dir = model_dir
+        self.frozen_from[REFERENCE] = s.reference_from or s.init_from
+        self.reference = frozen_model(self.model_class, model_dir, self.frozen_from[REFERENCE],
+                                      "reference")
+        self.identities[REFERENCE] = checkpoint_identity(self.frozen_from[REFERENCE], model_dir)
         if s.reward_model_weight > 0:
             # Scores come from the reward actor; the trainer records which checkpoint it is.
+            self.frozen_from[REWARD_MODEL] = s.reward_model_from
             self.identities[REWARD_MODEL] = checkpoint_identity(s.reward_model_from, model_dir)
 
     def at_step(self, step: int) -> None:
@@ -177,9 +182,12 @@ class RlObjective(CausalLMObjective):
         from ckpt.errors import IncompatibleCheckpoint
 
         for role in (REFERENCE, REWARD_MODEL):
-            if state.get(role) != self.identities.get(role):
-                raise IncompatibleCheckpoint(self.identities.get(role, {}).get("path", role), (
+            path = self.frozen_from.get(role)
+            if not same_frozen_model(state.get(role), self.identities.get(role), path,
+                                     self.model_dir):
+                raise IncompatibleCheckpoint(path or self.model_dir or role, (
                     f"RL {role} differs from the checkpoint's: saved {state.get(role)}, this run "
-                    f"{self.identities.get(role)}; resume with stage.{role}_from set as it was"))
+                    f"loaded {self.identities.get(role)}; resume with stage.{role}_from set as "
+                    "it was (the checkpoint's meta.json records it under config.stage)"))
         self.kl.load_state_dict(state[KL_CONTROLLER])
         self.steps.load_journal_state(state.get(JOURNAL))

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-METRICS, RESULT = "metrics.jsonl", "result.json"
+METRICS, RESULT, ENVIRONMENT = "metrics.jsonl", "result.json", "environment.json"
 BASIC = ("step", "loss", "lr", "tokens", "samples", "seconds")
 
 
@@ -27,8 +27,16 @@ class RunFiles:
     def __init__(self, directory: Path, writer: bool):
         self.directory, self.writer = Path(directory), writer
         self._t_last = time.time()
+        self.fingerprint: dict | None = None
         if writer:
             self.directory.mkdir(parents=True, exist_ok=True)
+
+    def environment(self, fingerprint: dict) -> None:
+        """The workers' environment fingerprint (core.fingerprint): environment.json, and
+        every checkpoint's meta.json."""
+        self.fingerprint = fingerprint
+        if self.writer:
+            (self.directory / ENVIRONMENT).write_text(json.dumps(fingerprint, indent=2, sort_keys=True))
 
     def log(self, line: str) -> None:
         if self.writer:
@@ -62,7 +70,7 @@ class RunFiles:
         return {"config": launch["config"], "config_hash": launch["config_hash"],
                 "model": identity, "model_dir": launch["model_dir"], "parallel": parallel,
                 "versions": library_versions(), "parent": launch.get("parent"),
-                "argv": sys.argv}
+                "argv": sys.argv, "environment": self.fingerprint}
 
     def result(self, status: str, progress, saved: list[dict], seconds: float,
                init_from: dict | None = None) -> None:

@@ -16,7 +16,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from core import fingerprint
 from core.config.compose import from_dict
+from core.repro import apply_in_process
 from core.errors import BatonError
 from ckpt import safe_load, signing
 from ckpt.checkpointer import Checkpointer, SaveOptions, SavePayload, load_complete
@@ -56,6 +58,7 @@ class StageWorker:
     def __init__(self, launch: dict):
         self.cfg = from_dict(launch["config"])
         self.launch = launch
+        apply_in_process(self.cfg.repro)  # its variables came from the launcher (core.repro)
         self.rank, self.world = init_distributed(self.cfg.parallel)
         s = self.cfg.stage
         seed_everything(derived_seed(self.cfg.seed, s.name, self.rank))
@@ -79,6 +82,7 @@ class StageWorker:
         self.parallel = {**self.layout.to_dict(), "backend": dist.get_backend()}
         self.root = checkpoints_dir(self.cfg.run.dir, s.name)
         self.files = run_files.RunFiles(stage_dir(self.cfg.run.dir, s.name), self.rank == 0)
+        self.files.environment(fingerprint.collect(self.cfg.repro.mode, launch["config_hash"]))
         self.ckpt = Checkpointer(self.engine, self.root, s.name, self.parallel, s.keep_last,
                                  self.cfg.debug.crash_in_save_at_step,
                                  self.cfg.debug.fail_write_at_step,

@@ -23,7 +23,18 @@ def add_arguments(parser) -> None:
                       help="where to write checkpoints (default: the system temp directory)")
 
 
+    repro = sub.add_parser("repro", help="step time of portable vs native kernels (repro.mode), "
+                           "interleaved rounds of real stage runs")
+    repro.add_argument("--stage", default="cpt", choices=("cpt", "sft"), help="stage to time")
+    repro.add_argument("--rounds", type=int, default=3, help="rounds, each one run per mode (>= 3)")
+    repro.add_argument("--steps", type=int, default=20, help="training steps per run (>= 5)")
+    repro.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the results")
+    repro.add_argument("--plot", type=Path, default=None, metavar="PATH", help="write a PNG")
+
+
 def main(args) -> int:
+    if args.action == "repro":
+        return repro_main(args)
     from bench.options import DEFAULT_SIZES_GB, BenchOptions
 
     options = BenchOptions(
@@ -58,3 +69,23 @@ def write_outputs(result: dict, json_path: Path, plot_path: Path) -> None:
 
     json_path.write_text(json.dumps(result, indent=2) + "\n")
     write_plot(result, plot_path)
+
+
+def repro_main(args) -> int:
+    from core.errors import BatonError
+    from bench.machine import cpu_model
+    from bench.repro import report_lines, run_repro_bench, write_plot
+
+    if args.rounds < 3 or args.steps < 5:
+        raise BatonError(f"bench repro: --rounds {args.rounds} --steps {args.steps}: expected at "
+                         "least 3 rounds (min and median need them) and 5 steps per run")
+    import sys
+    result = run_repro_bench(args.stage, args.rounds, args.steps, list(args.overrides),
+                             progress=lambda line: print(line, file=sys.stderr, flush=True))
+    result["machine"] = f"{cpu_model()}, {__import__('os').cpu_count()} cores"
+    print("\n".join(report_lines(result, result["machine"])))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    if args.plot:
+        write_plot(result, args.plot)
+    return 0

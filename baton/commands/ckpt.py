@@ -73,6 +73,7 @@ def _inspect(args) -> int:
     console.print(f"parallel: {manifest.parallel}")
     console.print(f"mid-accumulation: {manifest.mid_accumulation}   total: {info['total_bytes']:,} bytes")
     console.print(f"parent: {info['parent']}   config hash: {info['config_hash']}")
+    console.print(f"content digest: {info['content_digest']}", soft_wrap=True)  # one line, to copy
     return 0
 
 
@@ -87,19 +88,42 @@ def _diff(args) -> int:
     if args.json:
         print(json.dumps({"identical": report.identical, "only_in_a": report.only_in_a,
                           "only_in_b": report.only_in_b, "notes": report.notes,
+                          "content_digest_a": report.content_digest_a,
+                          "content_digest_b": report.content_digest_b,
                           "files": [vars(f) for f in report.files]}, indent=2))
         return 0 if report.identical else 1
     for f in report.files:
-        status = "identical" if f.identical else f"DIFFERS max|Δ|={f.max_abs_diff:.3e} first at {f.first_difference}"
-        print(f"{'/'.join(f.components) or '-':28s} {f.file:48s} {status}")
+        print(f"{'/'.join(f.components) or '-':28s} {f.file:48s} {_diff_status(f)}")
     for rel in report.only_in_a:
         print(f"only in A: {rel}")
     for rel in report.only_in_b:
         print(f"only in B: {rel}")
     for note in report.notes:
         print(f"note: {note}")
+    _print_digests(report)
     print("IDENTICAL" if report.identical else "DIFFERENT")
     return 0 if report.identical else 1
+
+
+def _diff_status(f) -> str:
+    if f.identical:
+        return "identical"
+    # A size is shown only where tensors differ; a JSON value differs by what it is.
+    size = f" max|Δ|={f.max_abs_diff:.3e}" if f.max_abs_diff > 0 else ""
+    return f"DIFFERS{size} first at {f.first_difference}"
+
+
+def _print_digests(report) -> None:
+    """Equal digests mean the same state; unequal ones may still be IDENTICAL (ckpt.diff)."""
+    if report.same_content_digest:
+        relation = "equal: the same state"
+    elif report.identical:
+        relation = ("differs, yet every state value compares equal: the same bytes hashed "
+                    "another way, another backend, or within --atol")
+    else:
+        relation = "differs"
+    print(f"content digest A: {report.content_digest_a}")
+    print(f"content digest B: {report.content_digest_b} ({relation})")
 
 
 def _configure_signing(args) -> None:

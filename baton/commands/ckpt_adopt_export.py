@@ -115,7 +115,7 @@ def _next_command(cfg, stage: str, destination: Path, found, model_dir: Path) ->
 
 def _record(cfg, destination: Path, manifest, kind: str):
     from ckpt import manifest as manifest_io
-    from flows.recording import code_version
+    from core.fingerprint import code_version
     from lineage.provenance import record_adoption
     from lineage.store import LineageStore
     from lineage.urls import store_url

@@ -40,6 +40,10 @@ def print_result(result) -> None:
                   "", "equal", str(moments["step_source"] == moments["step_target"]))
     Console(width=120).print(table)
     print(f"converter: {result.converter} (DeepSpeed {result.deepspeed_version})")
+    # The content digests name what each checkpoint holds (ckpt.content_digest); the
+    # manifest sha256s also cover where each lies and came from.
+    print(f"input content digest:   {result.input_content_digest}")
+    print(f"output content digest:  {result.output_content_digest}")
     print(f"input manifest sha256:  {result.input_manifest_sha256}")
     print(f"output manifest sha256: {result.output_manifest_sha256}")
     print(f"[baton] resharded {result.source} -> {result.destination}: "

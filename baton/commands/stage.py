@@ -19,6 +19,8 @@ def prepare(overrides: list[str], name: str, locks: contextlib.ExitStack | None 
     if any(o.startswith("stage.name=") for o in overrides):
         raise ConfigError(["stage.name is set by the command: use `baton stage NAME`"])
     cfg = compose([f"stage={name}", *overrides])
+    from core.repro import pin_this_process
+    pin_this_process(cfg.repro)  # this process may create the built-in model (stages.model)
     return cfg, prepare_stage(cfg, name, locks)
 
 

@@ -208,6 +208,22 @@ class RlConfig:
 
 
 @dataclass
+class ReproConfig:
+    """How reproducible numerics are across machines (core.repro)."""
+
+    mode: str = "portable"
+    """portable: kernel dispatch pinned to one instruction-set level (`isa`) in MKL, ATen
+    and oneDNN, fixed thread counts and deterministic algorithms, set for every process
+    before torch loads, so a run on another x86 CPU gives the same bytes. native: the
+    fastest kernels this CPU has; results depend on its instruction set."""
+    isa: str = "avx2"
+    """Portable level: avx2 (the same bytes on every CPU with AVX2, nearly native speed) or
+    baseline (the same bytes on any x86-64 CPU, about 2x slower per step)."""
+    threads: int = 1
+    """Intra-op threads per process in portable mode (a reduction's order depends on it)."""
+
+
+@dataclass
 class DebugConfig:
     """Fault injection for tests of preemption and crash safety."""
 
@@ -288,5 +304,6 @@ class BatonConfig:
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     ckpt: CkptConfig = field(default_factory=CkptConfig)
     rl: RlConfig = field(default_factory=RlConfig)
+    repro: ReproConfig = field(default_factory=ReproConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)

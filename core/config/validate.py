@@ -66,6 +66,20 @@ def problems(cfg: BatonConfig) -> list[str]:
     found += key_problems(cfg.ckpt.signing_key_env)
     found += _ckpt_problems(cfg.ckpt)
     found += _rl_role_problems(cfg.rl)
+    found += _repro_problems(cfg.repro)
+    return found
+
+
+def _repro_problems(r) -> list[str]:
+    found = []
+    if r.mode not in ("portable", "native"):
+        found.append(f"repro.mode={r.mode!r}: expected portable (the same bytes on any x86 CPU) "
+                     "or native (this CPU's fastest kernels)")
+    if r.isa not in ("avx2", "baseline"):
+        found.append(f"repro.isa={r.isa!r}: expected avx2 (any CPU with AVX2) or baseline "
+                     "(any x86-64 CPU, slower)")
+    if r.threads < 1:
+        found.append(f"repro.threads={r.threads}: expected >= 1 intra-op thread per process")
     return found
 
 

@@ -36,8 +36,12 @@ def _die_hard() -> None:
 class RolloutActor:
     """One policy copy behind the RolloutEngine contract (CPU: stages.rl_roles.engine)."""
 
-    def __init__(self, index: int, model_dir: str, kill_at_step: int = -1):
+    def __init__(self, index: int, model_dir: str, kill_at_step: int = -1, repro=None):
+        from core.repro import apply_in_process
         from stages.rl_roles.engine import CpuRolloutEngine
+
+        if repro is not None:
+            apply_in_process(repro)
 
         self.index, self.kill_at_step = index, kill_at_step
         self.engine = CpuRolloutEngine(model_dir)
@@ -73,13 +77,17 @@ class RewardActor:
     its checkpoint: both reward components of each sample."""
 
     def __init__(self, model_dir: str, reward_model_from: str | None, seed: int,
-                 max_operand: int, heldout_fraction: float, kill_at_step: int = -1):
+                 max_operand: int, heldout_fraction: float, kill_at_step: int = -1, repro=None):
         from transformers import AutoTokenizer
+
+        from core.repro import apply_in_process
 
         from stages.tasks import ArithmeticTasks
 
         torch.set_num_threads(1)
         torch.use_deterministic_algorithms(True)
+        if repro is not None:
+            apply_in_process(repro)
         self.tasks = ArithmeticTasks(seed, max_operand, heldout_fraction)
         self.kill_at_step, self.first_life = kill_at_step, _first_life()
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -23,16 +23,22 @@ def start_roles(cfg, model_dir) -> list:
     creation is asynchronous, so they load their models while the trainer starts."""
     import ray
 
+    from core.repro import process_env
+
     options = {"num_cpus": 0, "max_restarts": MAX_RESTARTS, "max_task_retries": 0}
+    if process_env(cfg.repro):
+        # Actors compute log-probs and rewards: the same kernels as the trainer, set before
+        # torch loads in their worker process (also on a cluster that did not start here).
+        options["runtime_env"] = {"env_vars": process_env(cfg.repro)}
     rollout_cls = ray.remote(**options)(RolloutActor)
     reward_cls = ray.remote(**options)(RewardActor)
     faults, s = cfg.rl.faults, cfg.stage
     actors = [rollout_cls.options(name=rollout_actor_name(i)).remote(
-        i, str(model_dir), faults.kill_rollout_actor_at_step if i == 0 else -1)
+        i, str(model_dir), faults.kill_rollout_actor_at_step if i == 0 else -1, cfg.repro)
         for i in range(cfg.rl.rollout.actors + cfg.rl.rollout.spares)]
     actors.append(reward_cls.options(name=REWARD).remote(
         str(model_dir), s.reward_model_from if s.reward_model_weight > 0 else None, cfg.seed,
-        cfg.data.max_operand, cfg.data.heldout_fraction, faults.kill_reward_actor_at_step))
+        cfg.data.max_operand, cfg.data.heldout_fraction, faults.kill_reward_actor_at_step, cfg.repro))
     return actors
 
 

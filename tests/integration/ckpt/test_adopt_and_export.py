@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from ckpt.content_digest import content_digest_of
 from tests.conftest import REPO, run_baton
 
 pytestmark = pytest.mark.slow
@@ -89,7 +90,7 @@ def home(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def foreign(home, tmp_path_factory) -> Path:
     """A plain DeepSpeed ZeRO-3 checkpoint root (`latest` + global_step1/) of the built-in model."""
-    from stages.launch import worker_env
+    from stages.worker_env import worker_env
 
     root = tmp_path_factory.mktemp("foreign") / "ds"
     env = {**worker_env(), "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
@@ -290,6 +291,9 @@ def test_export_of_a_zero3_checkpoint_gives_its_logits(home, sft_from_adopted, t
     _logits_match(out, sft_from_adopted, AutoModelForCausalLM)
     card = (out / "README.md").read_text()
     assert "stage **sft**, step **1**" in card and "stage.init_from=" in card
+    provenance = json.loads((out / "baton_export.json").read_text())
+    assert provenance["content_digest"] == content_digest_of(sft_from_adopted)
+    assert f"| content digest | `{provenance['content_digest']}` |" in card
 
 
 def test_export_of_a_reward_model_uses_its_sequence_classification_class(home, adopted, tmp_path):

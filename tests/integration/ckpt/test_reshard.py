@@ -13,6 +13,7 @@ import shutil
 
 import pytest
 
+from ckpt.content_digest import content_digest_of
 from tests.conftest import metrics, run_baton
 
 N, K = 4, 2
@@ -66,6 +67,9 @@ def test_resharded_checkpoint_is_equivalent_and_resumes_at_the_target_layout(
     assert result["target_parallel"] == dict(zip(("world_size", "zero_stage"), target))
     assert result["input_manifest_sha256"] == _sha256(src / "manifest.json")
     assert result["output_manifest_sha256"] == _sha256(dst / "manifest.json")
+    assert result["input_content_digest"] == content_digest_of(src)
+    assert result["output_content_digest"] == content_digest_of(dst)
+    assert result["input_content_digest"] != result["output_content_digest"]  # another layout
     assert not any(p.name.endswith(".reshard") for p in tmp_path.iterdir())
 
     manifest = json.loads((dst / "manifest.json").read_text())

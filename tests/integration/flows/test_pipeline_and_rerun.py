@@ -1,6 +1,9 @@
 """The whole pipeline (CPT -> SFT -> RM -> RL, Prefect's ephemeral API) on a small config:
 four handoffs in lineage with criterion, chosen step and entropy; every handoff resharded
-where the layout changes; and `baton rerun` of each handoff reproduces bit for bit."""
+where the layout changes; `baton rerun` of each handoff reproduces bit for bit, two of them
+on a simulated other machine (portable mode); every stage run's environment fingerprint in
+lineage and MLflow; and a second pipeline in another run directory ends with identical
+checkpoints and an identical `baton report`."""
 from __future__ import annotations
 
 import json
@@ -8,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from ckpt.content_digest import content_digest_of
 from tests.conftest import run_baton
+from tests.integration.repro.machines import AVX2_MACHINE
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +51,7 @@ def test_the_pipeline_records_four_handoffs_with_criterion_step_and_entropy(pipe
     for h in handoffs:
         assert h["chosen_step"] in (2, 4) and h["entropy"] > 0
         assert h["reshard"]["output_manifest_sha256"] and h["equivalence"]["passed"] is True
+        assert h["reshard"]["output_content_digest"] == content_digest_of(h["reshard"]["output"])
     # The default layouts differ across CPT -> SFT (1/0 -> 2/2) and SFT -> RL (2/2 -> 1/1).
     assert pairs[("cpt", "sft")]["reshard"]["target_parallel"] == {"world_size": 2, "zero_stage": 2}
     assert pairs[("sft", "rl")]["reshard"]["converter"] != "none (same layout)"
@@ -53,12 +59,65 @@ def test_the_pipeline_records_four_handoffs_with_criterion_step_and_entropy(pipe
     assert "entropy_tolerance" in human and "chosen step" in human
 
 
-@pytest.mark.parametrize("handoff_id", [1, 2, 3, 4])
-def test_rerun_of_each_handoff_reproduces_bit_for_bit(pipeline_run, handoff_id):
+@pytest.fixture(scope="module")
+def second_pipeline_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("pipeline-again")
+    proc = run_baton("run", f"run.dir={run_dir}", *SMALL, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
+    return run_dir
+
+
+# Handoffs 1 (CPT -> SFT, two ranks) and 3 (SFT -> RL, with Ray actors) are re-run on a
+# simulated AVX2-only machine: portable mode (the default, repro.isa=avx2) must reproduce
+# them there. On an AVX512 host that machine runs other kernels; on an AVX2 host, the same.
+@pytest.mark.parametrize("handoff_id,machine", [(1, "other"), (2, "here"), (3, "other"), (4, "here")])
+def test_rerun_of_each_handoff_reproduces_bit_for_bit(pipeline_run, handoff_id, machine):
     run_dir, _ = pipeline_run
-    proc = run_baton("rerun", "--handoff", str(handoff_id), f"run.dir={run_dir}", timeout=900)
+    proc = run_baton("rerun", "--handoff", str(handoff_id), f"run.dir={run_dir}", timeout=900,
+                     env=AVX2_MACHINE if machine == "other" else None)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "REPRODUCED bit for bit" in proc.stdout
+    if machine == "other":
+        assert "environment differed: " in proc.stdout and "MKL_ENABLE_INSTRUCTIONS unset → AVX2" in proc.stdout
+
+
+def test_every_stage_run_has_its_environment_fingerprint_in_lineage_and_mlflow(pipeline_run, tmp_path):
+    from mlflow import MlflowClient
+
+    from lineage.store import LineageStore
+
+    run_dir, _ = pipeline_run
+    with LineageStore.open(f"sqlite:///{run_dir / 'lineage.db'}", create=False) as store:
+        runs = store.stage_runs(store.pipeline_runs()[0].id)
+    assert {r.stage for r in runs} == {"cpt", "sft", "rm", "rl"}
+    for run in runs:
+        assert run.environment["repro_mode"] == "portable", run
+        assert run.environment["cpu_capability"] == "DEFAULT" and run.environment["versions"]["torch"]
+        params = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}").get_run(
+            run.mlflow_run_id).data.params
+        assert params["env.repro_mode"] == "portable" and params["env.cpu_capability"] == "DEFAULT"
+        local = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}").download_artifacts(
+            run.mlflow_run_id, "environment.json", str(tmp_path / str(run.id)))
+        assert json.loads(Path(local).read_text())["config_hash"] == run.environment["config_hash"]
+
+
+def test_a_second_pipeline_elsewhere_ends_identical_and_reports_the_same(pipeline_run, second_pipeline_run):
+    from lineage.store import LineageStore
+
+    first, _ = pipeline_run
+    finals = []
+    for run_dir in (first, second_pipeline_run):
+        with LineageStore.open(f"sqlite:///{run_dir / 'lineage.db'}", create=False) as store:
+            rl = next(r for r in store.stage_runs(1) if r.stage == "rl" and r.attempt == 1)
+            finals.append(store.checkpoints(rl.id)[-1])
+    proc = run_baton("ckpt", "diff", finals[0].path, finals[1].path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "IDENTICAL" in proc.stdout
+    assert finals[0].content_digest == finals[1].content_digest
+    assert finals[0].content_digest.startswith("cd1:")
+    reports = [run_baton("report", str(d), check=True).stdout for d in (first, second_pipeline_run)]
+    assert reports[0] == reports[1]
+    assert "| SFT → RL | entropy_tolerance |" in reports[0] and "greedy accuracy" in reports[0]
 
 
 def test_mlflow_shows_the_handoff_on_the_downstream_run_and_links_the_chosen_model(pipeline_run):
@@ -75,6 +134,7 @@ def test_mlflow_shows_the_handoff_on_the_downstream_run_and_links_the_chosen_mod
     assert tags["baton.handoff.criterion"] == "entropy_tolerance"
     assert tags["baton.handoff.from_stage"] == "sft" and tags["baton.handoff.chosen_step"] in ("2", "4")
     assert float(tags["baton.handoff.entropy"]) > 0
+    assert tags["baton.handoff.input_content_digest"].startswith("cd1:")
     assert tags["baton.handoff.rm.criterion"] == "best_score"
     inputs = {client.get_logged_model(m.model_id).tags["baton.stage"]
               for m in rl.inputs.model_inputs}

@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 
+from ckpt.content_digest import content_digest_of
 from tests.conftest import metrics, run_baton
 
 N, K = 4, 2
@@ -69,7 +70,12 @@ def test_rl_resume_from_step_k_is_bit_exact_and_an_rl_checkpoint_needs_its_state
     rm = _ckpt(home, "rm", 4)
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     _rl(straight, sft, rm)
-    _rl(resumed, sft, rm, f"resume={_ckpt(straight, 'rl', K)}")
+    # The resume loads its frozen models from copies elsewhere: their identity in the RL
+    # state is what they hold, so the copies are accepted and the final states equal.
+    moved_sft, moved_rm = tmp_path / "moved" / "sft" / sft.name, tmp_path / "moved" / "rm" / rm.name
+    shutil.copytree(sft, moved_sft)
+    shutil.copytree(rm, moved_rm)
+    _rl(resumed, moved_sft, moved_rm, f"resume={_ckpt(straight, 'rl', K)}")
 
     diff = run_baton("ckpt", "diff", str(_ckpt(straight, "rl", N)), str(_ckpt(resumed, "rl", N)))
     assert diff.returncode == 0, diff.stdout + diff.stderr
@@ -84,7 +90,9 @@ def test_rl_resume_from_step_k_is_bit_exact_and_an_rl_checkpoint_needs_its_state
     assert a[N]["kl_coef"] != a[1]["kl_coef"]  # the adaptive controller moved and was restored
 
     state = json.loads((_ckpt(straight, "rl", N) / "objective.json").read_text())
-    assert state["reference"]["path"] == str(sft) and state["reward_model"]["path"] == str(rm)
+    assert state["reference"] == {"loaded_from": "checkpoint", "content_digest": content_digest_of(sft)}
+    assert state["reward_model"] == {"loaded_from": "checkpoint", "content_digest": content_digest_of(rm)}
+    assert str(home) not in json.dumps(state)  # a state file names no place
     damaged = tmp_path / "damaged" / "step-000002"
     shutil.copytree(_ckpt(straight, "rl", K), damaged)
     manifest = json.loads((damaged / "manifest.json").read_text())

@@ -1,0 +1,89 @@
+"""repro.mode's environment and the fingerprint comparison `baton rerun` prints."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from core import fingerprint
+from core.config import compose
+from core.errors import ConfigError
+from core.repro import LEVELS, process_env
+
+
+def test_portable_pins_every_kernel_library_and_the_threads_native_pins_nothing():
+    cfg = compose([])
+    assert cfg.repro.mode == "portable" and cfg.repro.isa == "avx2"
+    env = process_env(cfg.repro)
+    assert env["MKL_CBWR"] == "AVX2" and env["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "1"
+    env = process_env(compose(["repro.isa=baseline"]).repro)
+    assert env["MKL_CBWR"] == "COMPATIBLE" and env["ATEN_CPU_CAPABILITY"] == "default"
+    assert env["ONEDNN_MAX_CPU_ISA"] == "SSE41"
+    assert process_env(compose(["repro.mode=native"]).repro) == {}
+
+
+def test_bad_repro_settings_are_named():
+    with pytest.raises(ConfigError) as caught:
+        compose(["repro.mode=fast", "repro.threads=0", "repro.isa=avx512"])
+    found = caught.value.problems if hasattr(caught.value, "problems") else str(caught.value).splitlines()
+    found = [line.strip().lstrip("- ") for line in found]
+    assert any(p.startswith("repro.mode='fast'") and "portable" in p for p in found)
+    assert any(p.startswith("repro.threads=0") for p in found)
+    assert any(p.startswith("repro.isa='avx512'") for p in found)
+
+
+def test_a_worker_started_with_the_variables_runs_the_pinned_kernels():
+    script = ("from core.config import compose; from core.repro import apply_in_process;"
+              "import torch; cfg = compose(['repro.isa=baseline']); apply_in_process(cfg.repro);"
+              "print(torch.backends.cpu.get_cpu_capability(), torch.get_num_threads(),"
+              " torch.are_deterministic_algorithms_enabled())")
+    env = {**LEVELS["baseline"][0], "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out[-3:] == ["DEFAULT", "1", "True"]
+
+
+def test_a_process_that_already_dispatched_natively_is_refused():
+    script = ("import torch; torch.ones(3).sum();"  # dispatches with the native capability
+              "from core.config import compose; from core.repro import pin_this_process;"
+              "pin_this_process(compose(['repro.isa=baseline']).repro)")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode != 0
+    assert "ReproModeNotApplied" in proc.stderr and "expected DEFAULT" in proc.stderr
+
+
+def _fp(**changes) -> dict:
+    base = {"repro_mode": "native", "cpu_capability": "AVX512",
+            "cpu": {"model": "Intel Xeon", "flags": ["avx2", "avx512f"]},
+            "threads": {"intra_op": 1, "inter_op": 2}, "deterministic_algorithms": True,
+            "libraries": {"blas": "mkl", "mkl": "2024.2", "onednn": "v3.12.0"},
+            "env": {"OMP_NUM_THREADS": "1"}, "versions": {"torch": "2.13.0"},
+            "code": "abc123", "config_hash": "h1", "gpu": None, "cuda": None}
+    for key, value in changes.items():
+        base[key] = value
+    return base
+
+
+def test_differences_name_the_likeliest_cause_first_in_words():
+    other = _fp(cpu_capability="AVX2", cpu={"model": "AMD EPYC", "flags": ["avx2"]},
+                env={"OMP_NUM_THREADS": "1", "MKL_CBWR": "COMPATIBLE"})
+    found = fingerprint.differences(_fp(), other)
+    assert found[0] == "CPU capability AVX512 → AVX2"
+    assert "CPU model Intel Xeon → AMD EPYC" in found
+    assert "ISA flags -avx512f" in found
+    assert "MKL_CBWR unset → COMPATIBLE" in found
+    assert fingerprint.differences(_fp(), _fp()) == []
+    assert fingerprint.differences(None, _fp()) == ["no environment fingerprint recorded for the original"]
+
+
+def test_the_fingerprint_of_this_process_has_what_the_issue_lists():
+    found = fingerprint.collect("native", "hash")
+    assert found["cpu"]["model"] and found["cpu_capability"] in ("DEFAULT", "AVX2", "AVX512")
+    assert found["libraries"]["blas"] and found["threads"]["intra_op"] >= 1
+    assert {"torch", "deepspeed", "transformers", "python"} <= set(found["versions"])
+    assert found["code"] and found["config_hash"] == "hash"
+    assert all(k.startswith(fingerprint.ENV_PREFIXES) for k in found["env"])
