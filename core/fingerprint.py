@@ -74,7 +74,8 @@ def _versions() -> dict:
 
 def collect(repro_mode: str, config_hash: str | None) -> dict:
     """This process's fingerprint (torch must be importable; call it where the numbers are
-    computed, after `core.repro` applied the mode)."""
+    computed, after `core.repro` applied the mode). `config_hash`: the training config's
+    (core.config.compose.training_config_hash: no run directory or store in it)."""
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
@@ -137,7 +138,7 @@ def differences(original: dict | None, rerun: dict | None) -> list[str]:
     for name in sorted(set(versions_a) | set(versions_b)):
         if versions_a.get(name) != versions_b.get(name):
             found.append(f"{name} {_shown(versions_a.get(name))} → {_shown(versions_b.get(name))}")
-    for label, key in (("code", "code"), ("config hash", "config_hash")):
+    for label, key in (("code", "code"), ("training config hash", "config_hash")):
         if original.get(key) != rerun.get(key):
-            found.append(f"{label} {_shown(original.get(key))} → {_shown(rerun.get(key))}")
+            found.append(f"{label} {_shown(original.get(key))[:12]} → {_shown(rerun.get(key))[:12]}")
     return found

@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from core import fingerprint
-from core.config.compose import from_dict
+from core.config.compose import from_dict, training_config_hash
 from core.repro import apply_in_process
 from core.errors import BatonError
 from ckpt import safe_load, signing
@@ -82,7 +82,7 @@ class StageWorker:
         self.parallel = {**self.layout.to_dict(), "backend": dist.get_backend()}
         self.root = checkpoints_dir(self.cfg.run.dir, s.name)
         self.files = run_files.RunFiles(stage_dir(self.cfg.run.dir, s.name), self.rank == 0)
-        self.files.environment(fingerprint.collect(self.cfg.repro.mode, launch["config_hash"]))
+        self.files.environment(fingerprint.collect(self.cfg.repro.mode, training_config_hash(self.cfg)))
         self.ckpt = Checkpointer(self.engine, self.root, s.name, self.parallel, s.keep_last,
                                  self.cfg.debug.crash_in_save_at_step,
                                  self.cfg.debug.fail_write_at_step,

@@ -98,6 +98,18 @@ def config_hash(cfg: BatonConfig) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+# Where a run writes and records, and whether it resumes: not what it computes.
+LOCATION_KEYS = ("run", "resume", "store", "mlflow")
+
+
+def training_config_hash(cfg: BatonConfig) -> str:
+    """sha256 of the config without LOCATION_KEYS: equal for a re-run in another run
+    directory, so a fingerprint difference in it means the computation changed."""
+    training = {k: v for k, v in as_dict(cfg).items() if k not in LOCATION_KEYS}
+    canonical = json.dumps(training, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 def quoted(key: str, value) -> str:
     """An override whose value may hold ':' '/' '@' (paths, URLs)."""
     text = str(value).replace("\\", "\\\\").replace("'", "\\'")

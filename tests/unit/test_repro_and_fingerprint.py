@@ -87,3 +87,11 @@ def test_the_fingerprint_of_this_process_has_what_the_issue_lists():
     assert {"torch", "deepspeed", "transformers", "python"} <= set(found["versions"])
     assert found["code"] and found["config_hash"] == "hash"
     assert all(k.startswith(fingerprint.ENV_PREFIXES) for k in found["env"])
+
+
+def test_the_fingerprint_config_hash_ignores_where_a_run_writes_not_what_it_computes():
+    from core.config.compose import training_config_hash
+
+    here, there = compose(["run.dir=/tmp/a"]), compose(["run.dir=/tmp/b", "resume=latest"])
+    assert training_config_hash(here) == training_config_hash(there)
+    assert training_config_hash(here) != training_config_hash(compose(["run.dir=/tmp/a", "seed=7"]))

@@ -23,3 +23,5 @@ def test_a_native_rerun_elsewhere_diverges_and_names_the_fingerprint_difference(
     assert "first differing checkpoint: step 1, tensor " in out
     assert "environment differences that can explain it: CPU capability AVX" in out
     assert "→ DEFAULT" in out and "MKL_ENABLE_INSTRUCTIONS unset → SSE4_2" in out
+    # The re-run computes the recorded config, only elsewhere: no config difference to blame.
+    assert "config hash" not in out
