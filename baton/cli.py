@@ -54,13 +54,16 @@ def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`argv` None: this process is the `baton` command itself (its own process, which a
+    command may configure, e.g. pin its CPU kernels); a list: called from other code."""
+    own_process = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     command = "baton"
     try:
         args_only, overrides = split_overrides(argv)
         args = build_parser().parse_args(args_only)  # bad usage: SystemExit(2) with usage
         command = f"baton {args.command}"
-        args.overrides = overrides
+        args.overrides, args.own_process = overrides, own_process
         return int(args._module.main(args) or 0)
     except BatonError as exc:
         print(f"{command}: error: {exc}", file=sys.stderr)

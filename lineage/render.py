@@ -36,16 +36,20 @@ def handoff_line(h: r.Handoff) -> Text:
 
 def checkpoint_line(c: r.Checkpoint) -> Text:
     state = "" if c.committed else "  [uncommitted]"
+    digest = f"  {c.content_digest[:16]}…" if c.content_digest else ""
     return Text(f"checkpoint {c.id}  step {c.step}  {c.format}  {_size(c.bytes)}  "
-                f"tokens {c.tokens_seen}  {c.path}{state}")
+                f"tokens {c.tokens_seen}  {c.path}{digest}{state}")
 
 
 def stage_run_label(s: r.StageRun) -> Text:
     parallel = " ".join(f"{k}={v}" for k, v in sorted(s.parallel_config.items()))
     resumed = (f"  resumed from checkpoint {s.resumed_from_checkpoint_id}"
                if s.resumed_from_checkpoint_id else "")
+    env = s.environment or {}
+    kernels = (f"  {env.get('repro_mode')} kernels ({env.get('cpu_capability')}, "
+               f"{(env.get('cpu') or {}).get('model')})" if env else "")
     return Text.assemble((f"{s.stage.upper()} attempt {s.attempt}", "bold cyan"),
-                         f" (stage run {s.id})  {s.status}  {parallel}{resumed}")
+                         f" (stage run {s.id})  {s.status}  {parallel}{resumed}{kernels}")
 
 
 def pipeline_tree(p: r.PipelineRun, runs, checkpoints: dict, handoffs) -> Tree:

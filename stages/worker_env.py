@@ -24,5 +24,9 @@ def worker_env(repro=None) -> dict:
     env.setdefault("TORCH_EXTENSIONS_DIR", extensions_dir())
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Set and dict-of-set iteration order follows the string hash seed; torch.save numbers
+    # storages in the order it meets them, so a random seed per process gave the same
+    # optimizer state different bytes (and content digest) in two runs of one reshard.
+    env.setdefault("PYTHONHASHSEED", "0")
     env.update(process_env(repro) if repro is not None else {})
     return env

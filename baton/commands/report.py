@@ -21,14 +21,14 @@ def main(args) -> int:
     from lineage.urls import store_url
 
     if not Path(args.run_dir).is_dir():
-        raise BatonError(f"report: run directory {args.run_dir!r} does not exist; expected the "
+        raise BatonError(f"run directory {args.run_dir!r} is not a directory; expected the "
                          "run.dir of a pipeline (`baton run run.dir=DIR`), e.g. runs/default")
     cfg = compose([quoted("run.dir", args.run_dir), *args.overrides])
     with LineageStore.open(store_url(cfg), create=False) as store:
         pipeline = (store.pipeline_run(args.pipeline) if args.pipeline is not None
                     else store.latest_pipeline_run())
         if pipeline is None:
-            raise BatonError(f"report: no pipeline run is recorded in {args.run_dir}'s lineage "
+            raise BatonError(f"no pipeline run is recorded in {args.run_dir}'s lineage "
                              "store; run `baton run run.dir=...` first")
         text = pipeline_report(store, pipeline)
     print(text, end="")

@@ -10,7 +10,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("name", choices=["cpt", "sft", "rm", "rl"], help="stage to run")
 
 
-def prepare(overrides: list[str], name: str, locks: contextlib.ExitStack | None = None):
+def prepare(overrides: list[str], name: str, locks: contextlib.ExitStack | None = None,
+            own_process: bool = False):
     """Compose + validate the config and run the stage's pre-launch checks (see
     stages.prepare) before any worker starts."""
     from core.config import compose
@@ -19,8 +20,11 @@ def prepare(overrides: list[str], name: str, locks: contextlib.ExitStack | None 
     if any(o.startswith("stage.name=") for o in overrides):
         raise ConfigError(["stage.name is set by the command: use `baton stage NAME`"])
     cfg = compose([f"stage={name}", *overrides])
-    from core.repro import pin_this_process
-    pin_this_process(cfg.repro)  # this process may create the built-in model (stages.model)
+    if own_process:
+        # Then the built-in model is created here, not in a child (stages.model). Never in a
+        # caller's process: the variables would leak into everything it starts later.
+        from core.repro import pin_this_process
+        pin_this_process(cfg.repro)
     return cfg, prepare_stage(cfg, name, locks)
 
 
@@ -28,7 +32,7 @@ def main(args) -> int:
     from stages.launch import launch_stage
 
     with contextlib.ExitStack() as locks:  # held until the workers are gone
-        cfg, model_dir = prepare(args.overrides, args.name, locks)
+        cfg, model_dir = prepare(args.overrides, args.name, locks, args.own_process)
         parent = {"init_from": cfg.stage.init_from} if cfg.stage.init_from else None
         result = launch_stage(cfg, model_dir, parent, inputs_checked=True)
     print(f"[baton] stage {args.name} {result.status} at step {result.step}; "

@@ -72,6 +72,10 @@ def invocations(p: dict) -> list[list[str]]:
         ["run", "--stages", "", run], ["run", "--stages", "cpt,bogus", run],
         ["run", f"model.path={file}", run],
         ["config", "--json"], ["config", "seed=abc"],
+        ["report"], ["report", missing], ["report", str(p["base"])], ["report", file],
+        ["report", str(p["base"] / "with-store"), "--pipeline", "notanumber"],
+        ["bench", "repro", "--rounds", "1"], ["bench", "repro", "--steps", "abc"],
+        ["run", "repro.mode=fast", run], ["stage", "cpt", "repro.isa=avx512", run],
         ["ui", "--port", "-1", run], ["ui", "--port", "abc", run],
     ]
 

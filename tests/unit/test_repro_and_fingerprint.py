@@ -1,6 +1,7 @@
 """repro.mode's environment and the fingerprint comparison `baton rerun` prints."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -95,3 +96,16 @@ def test_the_fingerprint_config_hash_ignores_where_a_run_writes_not_what_it_comp
     here, there = compose(["run.dir=/tmp/a"]), compose(["run.dir=/tmp/b", "resume=latest"])
     assert training_config_hash(here) == training_config_hash(there)
     assert training_config_hash(here) != training_config_hash(compose(["run.dir=/tmp/a", "seed=7"]))
+
+
+def test_every_worker_starts_with_a_fixed_string_hash_seed_and_the_mode_pinning():
+    from stages.worker_env import worker_env
+
+    cfg = compose([])
+    env = worker_env(cfg.repro)
+    # Set iteration order decides the order torch.save numbers storages in (same values,
+    # other bytes, another content digest) unless the hash seed is fixed.
+    assert env["PYTHONHASHSEED"] == "0"
+    assert env["MKL_CBWR"] == "AVX2" and env["ATEN_CPU_CAPABILITY"] == "avx2"
+    # Native leaves the kernel variables as this process has them.
+    assert worker_env(compose(["repro.mode=native"]).repro).get("MKL_CBWR") == os.environ.get("MKL_CBWR")

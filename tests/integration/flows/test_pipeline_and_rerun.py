@@ -92,10 +92,10 @@ def test_every_stage_run_has_its_environment_fingerprint_in_lineage_and_mlflow(p
     assert {r.stage for r in runs} == {"cpt", "sft", "rm", "rl"}
     for run in runs:
         assert run.environment["repro_mode"] == "portable", run
-        assert run.environment["cpu_capability"] == "DEFAULT" and run.environment["versions"]["torch"]
+        assert run.environment["cpu_capability"] == "AVX2" and run.environment["versions"]["torch"]
         params = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}").get_run(
             run.mlflow_run_id).data.params
-        assert params["env.repro_mode"] == "portable" and params["env.cpu_capability"] == "DEFAULT"
+        assert params["env.repro_mode"] == "portable" and params["env.cpu_capability"] == "AVX2"
         local = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}").download_artifacts(
             run.mlflow_run_id, "environment.json", str(tmp_path / str(run.id)))
         assert json.loads(Path(local).read_text())["config_hash"] == run.environment["config_hash"]
