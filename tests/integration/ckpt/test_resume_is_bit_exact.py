@@ -4,6 +4,8 @@ Every combination runs real DeepSpeed worker processes (torchrun, gloo on CPU).
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from tests.conftest import metrics, run_baton
@@ -18,15 +20,34 @@ def _train(run_dir, stage, ws, zero, *extra):
                      f"parallel.zero_stage={zero}", "stage.eval_every=2", *extra, check=True)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("stage", ["cpt", "sft"])
-@pytest.mark.parametrize("ws,zero", LAYOUTS, ids=[f"ws{w}-zero{z}" for w, z in LAYOUTS])
-def test_resume_from_step_k_reproduces_the_straight_run_bit_for_bit(tmp_path, stage, ws, zero):
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+CASES = [(stage, ws, zero) for stage in ("cpt", "sft") for ws, zero in LAYOUTS]
+
+
+def _straight_then_resumed(root, stage, ws, zero):
+    straight, resumed = root / "straight", root / "resumed"
     _train(straight, stage, ws, zero)
     step_k = straight / stage / "checkpoints" / f"step-{K:06d}"
     _train(resumed, stage, ws, zero, f"resume={step_k}")
+    return straight, resumed
 
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory):
+    """Every case's straight and resumed runs, two cases at a time: most of a run is
+    process start-up and imports, and two overlap well on two cores. The cases are
+    independent (own run directories, torchrun on free ports)."""
+    root = tmp_path_factory.mktemp("resume-matrix")
+    with ThreadPoolExecutor(2) as pool:
+        futures = {case: pool.submit(_straight_then_resumed, root / "-".join(map(str, case)), *case)
+                   for case in CASES}
+        return {case: future for case, future in futures.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", ["cpt", "sft"])
+@pytest.mark.parametrize("ws,zero", LAYOUTS, ids=[f"ws{w}-zero{z}" for w, z in LAYOUTS])
+def test_resume_from_step_k_reproduces_the_straight_run_bit_for_bit(matrix, stage, ws, zero):
+    straight, resumed = matrix[(stage, ws, zero)].result()  # a failed run raises here, named
     final = f"{stage}/checkpoints/step-{N:06d}"
     diff = run_baton("ckpt", "diff", str(straight / final), str(resumed / final))
     assert diff.returncode == 0, diff.stdout + diff.stderr
