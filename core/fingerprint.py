@@ -62,7 +62,9 @@ def _libraries(torch) -> dict:
             "onednn": onednn.group(1) if onednn else None}
 
 
-def _versions() -> dict:
+def library_versions() -> dict:
+    """Python's and each of PACKAGES' installed version (None when absent), read from
+    package metadata, so nothing is imported for it."""
     found = {"python": platform.python_version()}
     for name in PACKAGES:
         try:
@@ -84,7 +86,7 @@ def collect(repro_mode: str, config_hash: str | None) -> dict:
         "libraries": _libraries(torch),
         "threads": {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()},
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-        "gpu": gpu, "cuda": torch.version.cuda, "versions": _versions(),
+        "gpu": gpu, "cuda": torch.version.cuda, "versions": library_versions(),
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
         "code": code_version(), "config_hash": config_hash, "platform": sys.platform,
     }

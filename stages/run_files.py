@@ -3,24 +3,14 @@ lines, result.json that the launcher and the flow read back."""
 from __future__ import annotations
 
 import json
-import platform
 import sys
 import time
 from pathlib import Path
 
+from core.fingerprint import library_versions
+
 METRICS, RESULT, ENVIRONMENT = "metrics.jsonl", "result.json", "environment.json"
 BASIC = ("step", "loss", "lr", "tokens", "samples", "seconds")
-
-
-def library_versions() -> dict:
-    import deepspeed
-    import torch
-    import transformers
-
-    from core.version import __version__ as baton_version
-    return {"python": platform.python_version(), "torch": torch.__version__,
-            "deepspeed": deepspeed.__version__, "transformers": transformers.__version__,
-            "baton": baton_version}
 
 
 class RunFiles:

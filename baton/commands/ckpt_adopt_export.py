@@ -78,7 +78,7 @@ def adopt(args) -> int:
     from ckpt.foreign import HF
     from stages.model import ensure_model_dir, model_identity_from_dir
     from stages.registry import objective_class
-    from stages.run_files import library_versions
+    from core.fingerprint import library_versions
 
     cfg = compose(args.overrides)
     found = find_source(_given("PATH", args.path, "a DeepSpeed checkpoint or Hugging Face "
