@@ -5,6 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
+# Test modules run on JOBS pytest-xdist workers, a whole module per worker (module
+# fixtures stay single); JOBS=0 runs them in this process.
+JOBS ?= 2
 
 .PHONY: install run test clean
 
@@ -26,7 +29,7 @@ run: install
 	$(BIN)/baton run $(ARGS)
 
 test: install
-	$(BIN)/python -m pytest -q -ra --durations=40 $(ARGS)
+	$(BIN)/python -m pytest -q -ra --durations=40 -n $(JOBS) --dist loadfile $(ARGS)
 
 clean:
 	rm -rf $(VENV) runs

@@ -30,6 +30,28 @@ def metrics(run_dir: Path, stage: str) -> dict[int, dict]:
     return {rec["step"]: rec for rec in map(json.loads, lines)}
 
 
+# The longest modules, longest first (durations of a full run on 2 cores). With
+# `-n 2 --dist loadfile` (make test) a worker takes whole modules in collection order, so
+# starting with these keeps one worker from running a 10-minute module alone at the end.
+LONGEST_FIRST = [
+    "tests/integration/flows/test_pipeline_and_rerun.py",
+    "tests/integration/ckpt/test_random_kills_during_saves.py",
+    "tests/integration/ckpt/test_resume_is_bit_exact.py",
+    "tests/integration/stages/test_rm_and_rl.py",
+    "tests/integration/rl/test_rl_roles.py",
+    "tests/integration/ckpt/test_reshard.py",
+    "tests/integration/ckpt/test_adopt_and_export.py",
+    "tests/integration/repro/test_portable_mode.py",
+]
+
+
+def pytest_collection_modifyitems(items):
+    def weight(item) -> int:
+        path = item.path.relative_to(REPO).as_posix()
+        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+    items.sort(key=weight)  # stable: every other module keeps its place and test order
+
+
 @pytest.fixture
 def baton():
     return run_baton
