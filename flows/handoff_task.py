@@ -40,13 +40,18 @@ def run_handoff(overrides: list[str], name: str, pipeline_run_id: int, from_stag
     candidates = evaluate_candidates([(c.path, c.step) for c in recorded], plan.from_stage,
                                      model_dir, target, plan.selection)
     sel = plan.selection
-    chosen, reason = decide.choose(candidates, sel)
+    study = None
+    if sel.criterion == "study":
+        from flows.study_records import study_winner
+        study = study_winner(rec.store)
+    chosen, reason = decide.choose(candidates, sel, study)
     new_params = new_parameters(decide.loaded_as(plan), model_dir, chosen.path)
     handoff = rec.store.record_handoff(
         from_stage_run_id, plan.to_stage, sel.criterion, by_path[chosen.path].id, reason,
         [CandidateSpec(by_path[c.path].id, c.metrics, c.eligible, c.rejection, c.rank)
          for c in candidates],
-        criterion_params=asdict(sel), entropy=chosen.metrics["entropy"],
+        criterion_params={**asdict(sel), **({"study": asdict(study)} if study else {})},
+        entropy=chosen.metrics["entropy"],
         carry_policy=carry_record(plan.carry, new_params))
     print(f"[handoff {name}] #{handoff.id}: chose {plan.from_stage} step {chosen.step} by "
           f"{sel.criterion}: {reason}", flush=True)

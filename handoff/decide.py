@@ -15,10 +15,12 @@ from handoff.selection import Candidate, select
 HANDOFFS_DIR = "handoffs"
 
 
-def choose(candidates: list[Candidate], selection) -> tuple[Candidate, str]:
-    """The candidate the configured criterion picks, and why (see handoff.selection)."""
+def choose(candidates: list[Candidate], selection, study=None) -> tuple[Candidate, str]:
+    """The candidate the configured criterion picks, and why (see handoff.selection).
+    `study`: the newest selection study's `StudyWinner`, for criterion=study."""
     return select(candidates, selection.criterion, score_metric=selection.score_metric,
-                  entropy_floor=selection.entropy_floor, score_tolerance=selection.score_tolerance)
+                  entropy_floor=selection.entropy_floor, score_tolerance=selection.score_tolerance,
+                  study=study)
 
 
 def loaded_as(plan) -> str:

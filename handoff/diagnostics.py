@@ -1,9 +1,11 @@
 """Trainability diagnostics of a language-model checkpoint, computed without RL compute.
 
 For each candidate at a handoff: held-out loss, greedy exact-match accuracy (the SFT
-score), pass@1 / pass@k of the policy's own samples at the rollout temperature, and
-the mean token entropy of those samples — the signal that a peak-score checkpoint
-may have collapsed and will resist RL exploration.
+score), pass@1 / pass@k of the policy's own samples at the rollout temperature, the mean token
+entropy of those samples — the signal that a peak-score checkpoint may have collapsed
+and will resist RL exploration — and the within-group reward variance p(1-p) of those
+samples: GRPO's group-normalised advantage is zero for a prompt the policy always or
+never solves, so this is the share of prompts RL can learn from.
 """
 from __future__ import annotations
 
@@ -61,7 +63,8 @@ def lm_diagnostics(model, tokenizer, tasks: ArithmeticTasks, *, probe_prompts: i
     model.eval()
     stop_ids = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("\n")}
     generator = torch.Generator().manual_seed(seed + PROBE_SEED_OFFSET)
-    losses, greedy_hits, p1, pk, entropy_sum, entropy_count = [], 0, [], [], 0.0, 0.0
+    losses, greedy_hits, p1, pk, variance = [], 0, [], [], []
+    entropy_sum, entropy_count = 0.0, 0.0
     for index in range(probe_prompts):
         problem = tasks.problem(HELDOUT, index)
         prompt = _prompt_ids(tokenizer, problem.prompt)
@@ -79,6 +82,9 @@ def lm_diagnostics(model, tokenizer, tasks: ArithmeticTasks, *, probe_prompts: i
         correct = sum(check_answer(problem, tokenizer.decode(t)) for t in tokens)
         p1.append(pass_at_k(samples_per_prompt, int(correct), 1))
         pk.append(pass_at_k(samples_per_prompt, int(correct), k))
+        solved = int(correct) / samples_per_prompt
+        variance.append(solved * (1.0 - solved))
     return {"heldout_loss": sum(losses) / len(losses), "accuracy": greedy_hits / probe_prompts,
             "pass@1": sum(p1) / len(p1), f"pass@{k}": sum(pk) / len(pk),
-            "entropy": entropy_sum / max(entropy_count, 1.0)}
+            "entropy": entropy_sum / max(entropy_count, 1.0),
+            "reward_variance": sum(variance) / len(variance)}

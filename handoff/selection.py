@@ -20,6 +20,26 @@ class NoEligibleCandidate(BatonError):
                          "lower selection.entropy_floor or use criterion=entropy_tolerance")
 
 
+class NoStudyRecorded(BatonError):
+    def __init__(self, where: str):
+        super().__init__(f"selection.criterion=study: the lineage store {where} holds no completed "
+                         "selection study that named a winning diagnostic; run `baton study "
+                         "selection run.dir=...` on an SFT run first (a study whose outcomes "
+                         "are all equal names none), or pick another criterion")
+
+
+@dataclass(frozen=True)
+class StudyWinner:
+    """What a selection study found (lineage `studies`): the diagnostic that best predicted
+    the RL outcome, and its sign (+1: higher was better, -1: lower)."""
+
+    study_id: int
+    diagnostic: str
+    direction: int
+    spearman: float | None = None
+    interval: tuple | None = None
+
+
 @dataclass
 class Candidate:
     path: str
@@ -38,12 +58,15 @@ def score_of(metrics: dict, score_metric: str) -> float:
 
 
 def select(candidates: list[Candidate], criterion: str, *, score_metric: str,
-           entropy_floor: float = 0.0, score_tolerance: float = 0.0) -> tuple[Candidate, str]:
+           entropy_floor: float = 0.0, score_tolerance: float = 0.0,
+           study: StudyWinner | None = None) -> tuple[Candidate, str]:
     if criterion not in CRITERIA:
         raise BatonError(f"selection.criterion={criterion!r}: expected one of {', '.join(CRITERIA)}")
     for c in candidates:
         c.metrics["score"] = score_of(c.metrics, score_metric)
-    if criterion == "latest":
+    if criterion == "study":
+        ordered, why = _by_study(candidates, study)
+    elif criterion == "latest":
         ordered = sorted(candidates, key=lambda c: -c.step)
         why = lambda best: f"latest committed checkpoint (step {best.step})"  # noqa: E731
     elif criterion == "best_score":
@@ -82,3 +105,24 @@ def select(candidates: list[Candidate], criterion: str, *, score_metric: str,
         if not c.eligible:
             c.rank = 0
     return chosen, why(chosen)
+
+
+def _by_study(candidates: list[Candidate], study: StudyWinner | None):
+    """Order by the study's winning diagnostic, in the direction it predicted RL."""
+    from handoff.study import diagnostics_from_handoff_metrics
+
+    if study is None:
+        raise NoStudyRecorded("in use")
+    for c in candidates:
+        c.extra["study_value"] = diagnostics_from_handoff_metrics(c.metrics)[study.diagnostic]
+    ordered = sorted(candidates, key=lambda c: (-study.direction * c.extra["study_value"], -c.step))
+    rho = "" if study.spearman is None else f"Spearman rho {study.spearman:+.2f}"
+    if rho and study.interval and None not in study.interval:
+        rho += f", 95% CI [{study.interval[0]:+.2f}, {study.interval[1]:+.2f}]"
+    word = "highest" if study.direction > 0 else "lowest"
+
+    def why(best: Candidate) -> str:
+        return (f"{word} {study.diagnostic} = {best.extra['study_value']:.4f}: the diagnostic that "
+                f"best predicted the RL outcome in selection study #{study.study_id}"
+                + (f" ({rho})" if rho else ""))
+    return ordered, why

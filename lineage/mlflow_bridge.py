@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from lineage import mlflow_study
 from lineage import records as r
 
 EXPERIMENT = "baton"
@@ -247,6 +248,12 @@ class MlflowLineage:
         figure = lineage_figure(pipeline_view(store, pipeline_id))
         self.client.log_figure(parent_run_id, figure, "lineage/lineage.png")
 
+    def log_study(self, study: r.Study, artifacts: list[Path]) -> tuple[str, dict[int, str]]:
+        """A study as a parent run with one child run per candidate (lineage.mlflow_study);
+        returns the parent run id and {checkpoint_id: child run id}."""
+        return mlflow_study.log_study(self.client, self.experiment_id(), study, artifacts,
+                                      _flatten(study.config))
+
     def finish(self, run_id: str, status: str) -> None:
         self.client.set_terminated(run_id, STATUS.get(status, "FAILED"))
 
@@ -285,6 +292,9 @@ class NullMlflowLineage:
 
     def log_lineage_graph(self, parent_run_id, store, pipeline_id) -> None:
         pass
+
+    def log_study(self, study, artifacts) -> tuple[str, dict]:
+        return "", {}
 
     def finish(self, run_id, status) -> None:
         pass

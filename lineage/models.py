@@ -23,6 +23,8 @@ NAMING_CONVENTION = {
 # `crashed`: left `running` by an owner process that is gone (lineage.owners).
 RUN_STATUSES = ("running", "completed", "failed", "preempted", "crashed")
 CHECKPOINT_FORMATS = ("deepspeed", "universal", "hf")
+STUDY_KINDS = ("selection",)
+STUDY_STATUSES = ("running", "completed", "failed")
 
 
 def utcnow() -> datetime:
@@ -164,3 +166,43 @@ class JournalSegment(Base):
     path: Mapped[str] = mapped_column(Text)
     checksum: Mapped[str] = mapped_column(String(128))
     sample_count: Mapped[int] = mapped_column(Integer)
+
+
+class Study(Base):
+    """A study over checkpoints of one stage run; `selection`: which SFT checkpoint RL
+    should start from, by correlating pre-RL diagnostics with a short RL's outcome."""
+
+    __tablename__ = "studies"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(20))
+    from_stage_run_id: Mapped[int] = mapped_column(ForeignKey("stage_runs.id"), index=True)
+    status: Mapped[str] = mapped_column(String(20))
+    config: Mapped[dict[str, Any]]
+    # The correlation table and whatever else the analysis computed.
+    results: Mapped[Optional[dict[str, Any]]]
+    # The diagnostic that best predicted the outcome, and which way: +1 higher is better.
+    winner_diagnostic: Mapped[Optional[str]] = mapped_column(String(50))
+    winner_direction: Mapped[Optional[int]] = mapped_column(Integer)
+    verdict: Mapped[Optional[str]] = mapped_column(Text)
+    mlflow_run_id: Mapped[Optional[str]] = mapped_column(String(64))
+    created_at: Mapped[datetime]
+    ended_at: Mapped[Optional[datetime]]
+
+    candidates: Mapped[list["StudyCandidate"]] = relationship(
+        order_by="StudyCandidate.step")
+
+
+class StudyCandidate(Base):
+    __tablename__ = "study_candidates"
+    __table_args__ = (UniqueConstraint("study_id", "checkpoint_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), index=True)
+    checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoints.id"))
+    step: Mapped[int] = mapped_column(Integer)
+    diagnostics: Mapped[dict[str, Any]]
+    # The short RL run's {"start_reward", "final_reward", "gain"}; None until it ran.
+    outcome: Mapped[Optional[dict[str, Any]]]
+    rl_run_dir: Mapped[Optional[str]] = mapped_column(Text)
+    mlflow_run_id: Mapped[Optional[str]] = mapped_column(String(64))

@@ -186,3 +186,52 @@ class AncestryLink:
     side_inputs: tuple[Handoff, ...] = ()
     via: str = "handoff"
     """How the previous link reached this checkpoint: 'handoff', 'resume' or 'origin'."""
+
+
+@dataclass(frozen=True)
+class StudyCandidate:
+    """One checkpoint of a study: its pre-RL diagnostics and, once its short RL ran,
+    the outcome ({"start_reward", "final_reward", "gain"})."""
+
+    id: int
+    study_id: int
+    checkpoint_id: int
+    step: int
+    diagnostics: dict
+    outcome: Optional[dict]
+    rl_run_dir: Optional[str]
+    mlflow_run_id: Optional[str]
+
+    @classmethod
+    def of(cls, row: m.StudyCandidate) -> "StudyCandidate":
+        return cls(row.id, row.study_id, row.checkpoint_id, row.step, row.diagnostics,
+                   row.outcome, row.rl_run_dir, row.mlflow_run_id)
+
+
+@dataclass(frozen=True)
+class Study:
+    """A study over the checkpoints of one stage run (`kind` "selection": which one RL
+    should start from). `winner_direction` is +1 when a higher `winner_diagnostic` is
+    better, -1 when a lower one is."""
+
+    id: int
+    kind: str
+    from_stage_run_id: int
+    status: str
+    config: dict
+    results: Optional[dict]
+    winner_diagnostic: Optional[str]
+    winner_direction: Optional[int]
+    verdict: Optional[str]
+    mlflow_run_id: Optional[str]
+    created_at: datetime
+    ended_at: Optional[datetime]
+    candidates: tuple[StudyCandidate, ...]
+
+    @classmethod
+    def of(cls, row: m.Study) -> "Study":
+        candidates = sorted(row.candidates, key=lambda c: (c.step, c.id))
+        return cls(row.id, row.kind, row.from_stage_run_id, row.status, row.config, row.results,
+                   row.winner_diagnostic, row.winner_direction, row.verdict, row.mlflow_run_id,
+                   _aware(row.created_at), _aware(row.ended_at),
+                   tuple(StudyCandidate.of(c) for c in candidates))

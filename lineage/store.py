@@ -25,7 +25,8 @@ from lineage import schema
 from lineage.engine import WRITE_OPTION, make_engine, with_retries
 from lineage.errors import (InvalidValue, LineageConflict, StoreNotFound, StoreUnreachable,
                             UnknownRecord)
-from lineage.urls import safe_url, sqlite_path
+from lineage.studies import StudyVerbs
+from lineage.urls import normalize_path, safe_url, sqlite_path
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -47,14 +48,9 @@ def _check_choice(key: str, value: str, allowed: Sequence[str]) -> None:
         raise InvalidValue(key, value, "one of " + ", ".join(allowed))
 
 
-def normalize_path(path: str | Path) -> str:
-    """Local checkpoint paths are stored absolute; URIs (s3://…) are kept as given."""
-    text = str(path)
-    return text if "://" in text else str(Path(text).expanduser().resolve())
-
-
-class LineageStore:
-    """Open with `LineageStore.open(url)`; the schema is migrated to head on first use."""
+class LineageStore(StudyVerbs):
+    """Open with `LineageStore.open(url)`; the schema is migrated to head on first use.
+    The verbs of selection studies come from `StudyVerbs` (lineage.studies)."""
 
     def __init__(self, engine: Engine):
         self._engine = engine

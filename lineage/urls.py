@@ -32,6 +32,12 @@ def safe_url(url) -> str:
     return str(redact_url(url))
 
 
+def normalize_path(path: str | Path) -> str:
+    """Local paths are stored absolute; URIs (s3://…) are kept as given."""
+    text = str(path)
+    return text if "://" in text else str(Path(text).expanduser().resolve())
+
+
 def sqlite_path(url) -> Path | None:
     """The file behind a sqlite URL; None for other backends and in-memory databases."""
     from sqlalchemy.engine import make_url

@@ -21,9 +21,27 @@ def main(args) -> int:
     from stages.run_lock import run_lock
 
     check_stage_inputs(cfg)  # model.path too: a bad model directory is refused before Prefect
+    _check_study_exists(cfg)
 
     with run_lock(cfg.run.dir):  # one pipeline per run directory, refused before Prefect starts
         return _run(cfg, overrides)
+
+
+def _check_study_exists(cfg) -> None:
+    """criterion=study needs a finished selection study: say so before CPT and SFT run."""
+    if not any(h.selection.criterion == "study" for h in cfg.pipeline.handoffs.values()):
+        return
+    from flows.study_records import study_winner
+    from handoff.selection import NoStudyRecorded
+    from lineage.errors import StoreNotFound
+    from lineage.store import LineageStore
+    from lineage.urls import store_url
+
+    try:
+        with LineageStore.open(store_url(cfg), create=False) as store:
+            study_winner(store)
+    except StoreNotFound:
+        raise NoStudyRecorded(f"for run.dir={cfg.run.dir} (there is none yet)") from None
 
 
 def _run(cfg, overrides: list[str]) -> int:

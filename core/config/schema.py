@@ -239,7 +239,8 @@ class DebugConfig:
 @dataclass
 class SelectionConfig:
     criterion: str = "latest"
-    """latest | best_score | entropy_floor | entropy_tolerance (see conf/selection/)."""
+    """latest | best_score | entropy_floor | entropy_tolerance | study (see conf/selection/):
+    study picks by the diagnostic that best predicted RL in the newest selection study."""
     score_metric: str = "accuracy"
     """Diagnostic used as the score; a leading '-' means lower is better (-heldout_loss)."""
     entropy_floor: float = 0.0
@@ -252,6 +253,24 @@ class SelectionConfig:
     """Samples per probe prompt at the rollout temperature (pass@k's n)."""
     k: int = 4
     """k of pass@k."""
+
+
+@dataclass
+class StudyConfig:
+    """`baton study selection`: a short RL from each SFT checkpoint, correlated with the
+    handoff's diagnostics (handoff.study)."""
+
+    stage_run_id: Optional[int] = None
+    """The SFT stage run whose checkpoints are studied; null: the newest completed one."""
+    steps: Optional[list[int]] = None
+    """Checkpoint steps to study (at least 3); null: every committed checkpoint."""
+    rl_steps: int = 60
+    """RL optimizer steps from each candidate (the same budget, seed and config for all);
+    the outcome is the held-out reward after them."""
+    workers: int = 2
+    """Candidates whose RL runs at the same time (each in its own worker processes)."""
+    bootstrap: int = 2000
+    """Bootstrap resamples for the 95% intervals of the correlations."""
 
 
 @dataclass
@@ -307,3 +326,4 @@ class BatonConfig:
     repro: ReproConfig = field(default_factory=ReproConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    study: StudyConfig = field(default_factory=StudyConfig)

@@ -6,7 +6,7 @@ from pathlib import Path
 from core.config.schema import BatonConfig
 
 STAGES = ("cpt", "sft", "rm", "rl")
-CRITERIA = ("latest", "best_score", "entropy_floor", "entropy_tolerance")
+CRITERIA = ("latest", "best_score", "entropy_floor", "entropy_tolerance", "study")
 """Handoff selection criteria (implemented in `handoff.selection`)."""
 
 
@@ -67,6 +67,17 @@ def problems(cfg: BatonConfig) -> list[str]:
     found += _ckpt_problems(cfg.ckpt)
     found += _rl_role_problems(cfg.rl)
     found += _repro_problems(cfg.repro)
+    found += _study_problems(cfg.study)
+    return found
+
+
+def _study_problems(st) -> list[str]:
+    found = [f"study.{key}={getattr(st, key)}: expected >= {low}"
+             for key, low in (("rl_steps", 1), ("workers", 1), ("bootstrap", 100))
+             if getattr(st, key) < low]
+    if st.steps is not None and len(set(st.steps)) < 3:
+        found.append(f"study.steps={list(st.steps)}: a study needs at least 3 distinct checkpoint "
+                     "steps to correlate anything; list 3 or more, or study.steps=null for all")
     return found
 
 

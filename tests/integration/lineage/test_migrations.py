@@ -12,7 +12,8 @@ from lineage.models import Base
 from lineage.store import LineageStore
 
 LINEAGE_TABLES = {"pipeline_runs", "stage_runs", "checkpoints", "handoffs",
-                  "handoff_candidates", "events", "journal_segments"}
+                  "handoff_candidates", "events", "journal_segments", "studies",
+                  "study_candidates"}
 
 
 @pytest.fixture

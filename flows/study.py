@@ -1,0 +1,97 @@
+"""`selection_study`: which SFT checkpoint should RL start from, measured on this task.
+
+prepare (candidates from lineage, refused before any RL compute; the handoff's
+diagnostics of each) -> one `study-candidate` subflow per candidate, a short RL from it
+in a process of its own, `study.workers` at a time -> analyze (correlations with
+bootstrap intervals, plots, verdict; recorded in lineage and MLflow). Wiring only: the
+analysis is `handoff.study`, the records `flows.study_records`.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+from prefect.futures import wait
+
+from flows.stage_config import stage_config
+
+
+@task(name="study-prepare", cache_policy=NO_CACHE)
+def prepare_study(overrides: list[str]) -> dict:
+    from core.repro import pin_this_process
+    from flows.study_records import StudyRecording
+
+    cfg = stage_config(overrides, None)
+    pin_this_process(cfg.repro)  # the candidates' diagnostics are computed in this process
+    return StudyRecording(cfg).prepare(overrides)
+
+
+@flow(name="study-candidate", log_prints=True)
+def study_candidate(overrides: list[str], study: dict, candidate: dict) -> dict:
+    """A short RL from one candidate, in a process of its own; its held-out reward."""
+    from flows import study_candidate as one
+    from flows.study_records import StudyRecording
+
+    root = Path(study["dir"]) / f"step-{candidate['step']:06d}"
+    cfg_overrides = _candidate_overrides(overrides, candidate, study, root)
+    t0 = time.monotonic()
+    print(f"[study] candidate step {candidate['step']}: RL for {study['rl_steps']} steps in {root}",
+          flush=True)
+    process = one.start(cfg_overrides, root)
+    code = process.wait()
+    if code != 0:
+        tail = "".join((root / one.LOG).read_text().splitlines(keepends=True)[-15:])
+        raise RuntimeError(f"the RL run of candidate step {candidate['step']} exited {code}; "
+                           f"its log is {root / one.LOG}:\n{tail}")
+    result = one.outcome(root)
+    StudyRecording(stage_config(overrides, None)).candidate_outcome(study["id"], candidate,
+                                                                   result, root)
+    print(f"[study] candidate step {candidate['step']}: held-out reward {result['start_reward']:.3f}"
+          f" -> {result['final_reward']:.3f} ({time.monotonic() - t0:.0f} s)", flush=True)
+    return result
+
+
+def _candidate_overrides(overrides: list[str], candidate: dict, study: dict, root: Path) -> list[str]:
+    """The RL stage exactly as the pipeline would configure it (pipeline.parallel.rl,
+    pipeline.overrides.rl), started from this candidate, in its own directory."""
+    from core.config.compose import quoted
+    from flows import study_candidate as one
+    from lineage.urls import mlflow_uri, store_url
+
+    top = stage_config(overrides, None)
+    layout = top.pipeline.parallel.get("rl")
+    return [*([f"parallel={layout}"] if layout else []), *overrides,
+            *top.pipeline.overrides.get("rl", []), quoted("store.url", store_url(top)),
+            quoted("mlflow.tracking_uri", mlflow_uri(top)), quoted("run.dir", str(root)),
+            *one.rl_overrides(candidate["path"], study["rl_steps"])]
+
+
+@task(name="study-candidate-rl", cache_policy=NO_CACHE)
+def run_candidate(overrides: list[str], study: dict, candidate: dict) -> dict:
+    return study_candidate(overrides, study, candidate)
+
+
+@task(name="study-analyze", cache_policy=NO_CACHE)
+def analyze_study(overrides: list[str], study: dict) -> dict:
+    from flows.study_records import StudyRecording
+
+    return StudyRecording(stage_config(overrides, None)).analyze(study)
+
+
+@flow(name="selection_study", log_prints=True)
+def selection_study(overrides: list[str] | None = None) -> dict:
+    """Run with `.with_options(task_runner=ThreadPoolTaskRunner(study.workers))`: the
+    candidates' RL runs are processes, so threads are enough to run them side by side."""
+    overrides = list(overrides or [])
+    study = prepare_study(overrides)
+    futures = [run_candidate.submit(overrides, study, c) for c in study["candidates"]]
+    wait(futures)
+    failed = [f for f in futures if f.state.is_failed()]
+    if failed:
+        from flows.study_records import StudyRecording
+
+        StudyRecording(stage_config(overrides, None)).fail(study["id"])
+        failed[0].result()  # raises the first failed candidate's error
+    return analyze_study(overrides, study)
