@@ -22,7 +22,7 @@ COMMANDS = {
     "run": ("baton.commands.run", "run the whole pipeline (CPT -> SFT -> RM -> RL)"),
     "stage": ("baton.commands.stage", "run one stage's workers: baton stage cpt|sft|rm|rl [overrides]"),
     "ckpt": ("baton.commands.ckpt", "verify | inspect | diff | reshard | adopt | export | gc checkpoints"),
-    "lineage": ("baton.commands.lineage", "show | trace | handoff: browse the lineage store"),
+    "lineage": ("baton.commands.lineage", "show | trace | handoff | study: browse the lineage store"),
     "db": ("baton.commands.db", "upgrade | current: manage the lineage schema"),
     "ui": ("baton.commands.ui", "start the MLflow UI on 127.0.0.1 against the run's store"),
     "report": ("baton.commands.report", "a pipeline run's results as markdown, from its records"),

@@ -34,9 +34,7 @@ class StudyRecording:
         from handoff.study import diagnostics_from_handoff_metrics
 
         st = self.cfg.study
-        stage_run = self._stage_run(st.stage_run_id)
-        picked = pick_candidates(stage_run.id, stage_run.stage, self._committed(stage_run.id),
-                                 None if st.steps is None else list(st.steps))
+        stage_run, picked = self.candidates()
         target = stage_config(overrides, "rl")  # an invalid RL config stops the study here
         selection = self._selection()
         print(f"[study] {len(picked)} candidates of sft stage run #{stage_run.id}: steps "
@@ -57,6 +55,15 @@ class StudyRecording:
         print(f"[study] selection study #{study.id}: files under {directory}", flush=True)
         return {"id": study.id, "dir": str(directory), "rl_steps": st.rl_steps,
                 "workers": st.workers, "candidates": candidates}
+
+    def candidates(self) -> tuple:
+        """(the SFT stage run, its candidates), or StudyNotPossible: store reads only, so
+        `baton study` checks this before Prefect starts."""
+        st = self.cfg.study
+        stage_run = self._stage_run(st.stage_run_id)
+        return stage_run, pick_candidates(stage_run.id, stage_run.stage,
+                                          self._committed(stage_run.id),
+                                          None if st.steps is None else list(st.steps))
 
     def _stage_run(self, wanted: int | None):
         if wanted is not None:

@@ -1,4 +1,4 @@
-"""`baton lineage show | trace | handoff`: browse the lineage store.
+"""`baton lineage show | trace | handoff | study`: browse the lineage store.
 
 Imports of SQLAlchemy and rich happen inside `main`, so `baton --help` stays fast.
 """
@@ -17,7 +17,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     trace.add_argument("checkpoint", help="checkpoint id or directory")
     handoff = sub.add_parser("handoff", help="candidates of a handoff and why one won")
     handoff.add_argument("handoff_id", type=int, help="handoff id")
-    for cmd in (show, trace, handoff):
+    study = sub.add_parser("study", help="a selection study: its verdict, correlations and "
+                           "candidates (default: the newest)")
+    study.add_argument("study_id", nargs="?", type=int, help="study id")
+    for cmd in (show, trace, handoff, study):
         cmd.add_argument("--json", action="store_true", help="print records as JSON")
 
 
@@ -78,10 +81,28 @@ def handoff(store, args) -> int:
     return 0
 
 
+def study(store, args) -> int:
+    from lineage.errors import UnknownRecord
+    if args.study_id is not None:
+        record = store.study(args.study_id)
+    else:
+        record = next(iter(store.studies()), None)
+        if record is None:
+            raise UnknownRecord("study", "newest", store.url, "run `baton study selection` first")
+    if args.json:
+        _print_json(record)
+        return 0
+    print(f"study #{record.id} ({record.kind}) of stage run #{record.from_stage_run_id}: "
+          f"{record.status}; MLflow run {record.mlflow_run_id or '-'}")
+    print(record.verdict or "no verdict (the study did not complete)")
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     from core.config import compose
     from lineage.store import LineageStore
     from lineage.urls import store_url
     cfg = compose(args.overrides)
     with LineageStore.open(store_url(cfg), create=False) as store:
-        return {"show": show, "trace": trace, "handoff": handoff}[args.action](store, args)
+        return {"show": show, "trace": trace, "handoff": handoff,
+                "study": study}[args.action](store, args)

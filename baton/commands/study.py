@@ -17,11 +17,14 @@ def main(args) -> int:
     from core.config import compose
 
     cfg = compose(list(args.overrides))  # every config error before Prefect starts
-    from lineage.store import LineageStore
-    from lineage.urls import store_url
+    from flows.stage_config import stage_config
+    from flows.study_records import StudyRecording
 
-    with LineageStore.open(store_url(cfg), create=False):
-        pass  # no store at run.dir is refused before Prefect starts
+    stage_config(list(args.overrides), "rl")  # so is the RL stage's
+    # No store, no SFT run, too few checkpoints or another stage's: refused before Prefect.
+    _, picked = StudyRecording(cfg).candidates()
+    print(f"[baton] selection study of {len(picked)} SFT checkpoints (steps "
+          f"{[c.step for c in picked]}), {cfg.study.workers} at a time", flush=True)
     from flows.prefect_env import embedded_prefect_env
 
     embedded_prefect_env(cfg.run.dir)

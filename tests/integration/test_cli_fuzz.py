@@ -77,6 +77,13 @@ def invocations(p: dict) -> list[list[str]]:
         ["bench", "repro", "--rounds", "1"], ["bench", "repro", "--steps", "abc"],
         ["run", "repro.mode=fast", run], ["stage", "cpt", "repro.isa=avx512", run],
         ["ui", "--port", "-1", run], ["ui", "--port", "abc", run],
+        ["study"], ["study", "bogus", run], ["study", "selection", run],
+        ["study", "selection", "study.steps=[1]", store], ["study", "selection", "study.workers=0", store],
+        ["study", "selection", store], ["study", "selection", "study.stage_run_id=7", store],
+        ["lineage", "study", store], ["lineage", "study", "notanumber", store],
+        ["lineage", "study", HUGE, store],
+        ["run", "selection@pipeline.handoffs.sft_rl.selection=study", run],
+        ["run", "selection@pipeline.handoffs.sft_rl.selection=study", store],
     ]
 
 
@@ -85,6 +92,7 @@ def no_jobs(monkeypatch):
     """Fail loudly (exit 3, so the case fails) if a case gets as far as starting a job."""
     import flows.pipeline
     import flows.rerun
+    import flows.study
     import baton.commands.ui
     import stages.launch
 
@@ -94,6 +102,7 @@ def no_jobs(monkeypatch):
     monkeypatch.setattr(stages.launch, "launch_stage", started)
     monkeypatch.setattr(flows.pipeline, "post_training", started)
     monkeypatch.setattr(flows.rerun, "rerun_stage", started)
+    monkeypatch.setattr(flows.study, "selection_study", started)
     monkeypatch.setattr(baton.commands.ui.subprocess, "Popen", started)
 
 

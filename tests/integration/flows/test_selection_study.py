@@ -88,6 +88,8 @@ def test_correlations_are_computed_from_the_recorded_outcomes(study):
     assert json.loads((directory / "study.json").read_text())["correlations"] == record.results["correlations"]
     assert (directory / "verdict.md").read_text() == record.verdict
     assert record.verdict.strip() in stdout
+    shown = run_baton("lineage", "study", f"run.dir={run_dir}", check=True).stdout
+    assert shown.startswith("study #1 (selection) of stage run #") and record.verdict.strip() in shown
     pngs = sorted(directory.glob("*.png"))
     assert len(pngs) >= 2 and all(p.stat().st_size > 1000 for p in pngs)
 
