@@ -29,7 +29,7 @@ run: install
 	$(BIN)/baton run $(ARGS)
 
 test: install
-	$(BIN)/python -m pytest -q -ra --durations=40 -n $(JOBS) --dist loadfile $(ARGS)
+	$(BIN)/python -m pytest -q -ra --durations=40 -n $(JOBS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 clean:
 	rm -rf $(VENV) runs

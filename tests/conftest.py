@@ -32,7 +32,8 @@ def metrics(run_dir: Path, stage: str) -> dict[int, dict]:
 
 # The longest modules, longest first (durations of a full run on 2 cores). With
 # `-n 2 --dist loadfile` (make test) a worker takes whole modules in collection order, so
-# starting with these keeps one worker from running a 10-minute module alone at the end.
+# starting with these keeps one worker from running a 10-minute module alone at the end
+# (`--no-loadscope-reorder`: xdist would otherwise order modules by their number of tests).
 LONGEST_FIRST = [
     "tests/integration/flows/test_pipeline_and_rerun.py",
     "tests/integration/ckpt/test_random_kills_during_saves.py",

@@ -37,10 +37,12 @@ def matrix(tmp_path_factory):
     process start-up and imports, and two overlap well on two cores. The cases are
     independent (own run directories, torchrun on free ports)."""
     root = tmp_path_factory.mktemp("resume-matrix")
-    with ThreadPoolExecutor(2) as pool:
-        futures = {case: pool.submit(_straight_then_resumed, root / "-".join(map(str, case)), *case)
-                   for case in CASES}
-        return {case: future for case, future in futures.items()}
+    # Each test waits for its own case only: waiting for all sixteen here would make the
+    # first test's setup as long as the whole matrix, past pytest's per-test timeout.
+    pool = ThreadPoolExecutor(2)
+    yield {case: pool.submit(_straight_then_resumed, root / "-".join(map(str, case)), *case)
+           for case in CASES}
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 @pytest.mark.slow
