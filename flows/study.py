@@ -23,8 +23,11 @@ def prepare_study(overrides: list[str]) -> dict:
     from core.repro import pin_this_process
     from flows.study_records import StudyRecording
 
+    from ckpt import signing
+
     cfg = stage_config(overrides, None)
     pin_this_process(cfg.repro)  # the candidates' diagnostics are computed in this process
+    signing.configure(cfg.ckpt.signing_key_env)  # and their checkpoints are read here
     return StudyRecording(cfg).prepare(overrides)
 
 
@@ -42,10 +45,12 @@ def study_candidate(overrides: list[str], study: dict, candidate: dict) -> dict:
     process = one.start(cfg_overrides, root)
     code = process.wait()
     if code != 0:
-        tail = "".join((root / one.LOG).read_text().splitlines(keepends=True)[-15:])
-        raise RuntimeError(f"the RL run of candidate step {candidate['step']} exited {code}; "
-                           f"its log is {root / one.LOG}:\n{tail}")
-    result = one.outcome(root)
+        from handoff.study_plan import StudyCandidateFailed
+
+        last = (root / one.LOG).read_text().strip().splitlines()[-1:] or ["(empty)"]
+        raise StudyCandidateFailed(candidate["step"], f"exited {code} (last line: {last[0]})",
+                                   str(root / one.LOG))
+    result = one.outcome(root, candidate["step"])
     StudyRecording(stage_config(overrides, None)).candidate_outcome(study["id"], candidate,
                                                                    result, root)
     print(f"[study] candidate step {candidate['step']}: held-out reward {result['start_reward']:.3f}"
@@ -84,14 +89,18 @@ def analyze_study(overrides: list[str], study: dict) -> dict:
 def selection_study(overrides: list[str] | None = None) -> dict:
     """Run with `.with_options(task_runner=ThreadPoolTaskRunner(study.workers))`: the
     candidates' RL runs are processes, so threads are enough to run them side by side."""
+    from flows.study_records import StudyRecording
+
     overrides = list(overrides or [])
     study = prepare_study(overrides)
-    futures = [run_candidate.submit(overrides, study, c) for c in study["candidates"]]
-    wait(futures)
-    failed = [f for f in futures if f.state.is_failed()]
-    if failed:
-        from flows.study_records import StudyRecording
-
-        StudyRecording(stage_config(overrides, None)).fail(study["id"])
-        failed[0].result()  # raises the first failed candidate's error
-    return analyze_study(overrides, study)
+    try:
+        futures = [run_candidate.submit(overrides, study, c) for c in study["candidates"]]
+        wait(futures)
+        unfinished = [f for f in futures if not f.state.is_completed()]
+        if unfinished:
+            unfinished[0].result()  # raises the first failed candidate's error
+        return analyze_study(overrides, study)
+    except BaseException:
+        # A study that stops, for any reason, is recorded as failed, never left running.
+        StudyRecording(stage_config(overrides, None)).fail_if_running(study["id"])
+        raise

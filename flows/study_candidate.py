@@ -43,17 +43,21 @@ def start(overrides: list[str], root: Path) -> subprocess.Popen:
                                 stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
-def outcome(root: Path) -> dict:
+def outcome(root: Path, step: int) -> dict:
     """{start_reward, final_reward, gain, final_step} from the RL stage's eval records."""
+    from handoff.study_plan import StudyCandidateFailed
+
+    metrics = stage_dir(root, "rl") / METRICS
     evals = {}
-    for line in (stage_dir(root, "rl") / METRICS).read_text().splitlines():
-        record = json.loads(line)
-        if "eval_reward" in record:
-            evals[record["step"]] = float(record["eval_reward"])
-    first, last = min(evals), max(evals)
-    if first != 0 or last == 0:
-        raise RuntimeError(f"{stage_dir(root, 'rl') / METRICS}: expected held-out evaluations "
-                           f"at step 0 and at the end, found steps {sorted(evals)}")
+    if metrics.is_file():
+        for line in metrics.read_text().splitlines():
+            record = json.loads(line)
+            if "eval_reward" in record:
+                evals[record["step"]] = float(record["eval_reward"])
+    if not evals or min(evals) != 0 or max(evals) == 0:
+        raise StudyCandidateFailed(step, f"left no held-out evaluations at step 0 and at the end "
+                                   f"in {metrics} (found steps {sorted(evals)})", str(root / LOG))
+    last = max(evals)
     return {"start_reward": evals[0], "final_reward": evals[last],
             "gain": evals[last] - evals[0], "final_step": last}
 

@@ -104,9 +104,10 @@ class StudyRecording:
         self.store.set_study_candidate_outcome(study_id, candidate["checkpoint_id"], outcome,
                                                str(root))
 
-    def fail(self, study_id: int) -> None:
-        self.store.finish_study(study_id, "failed", results=None, winner_diagnostic=None,
-                                winner_direction=None, verdict=None)
+    def fail_if_running(self, study_id: int) -> None:
+        if self.store.study(study_id).status == "running":
+            self.store.finish_study(study_id, "failed", results=None, winner_diagnostic=None,
+                                    winner_direction=None, verdict=None)
 
     # -- the analysis ------------------------------------------------------------------
     def analyze(self, study: dict) -> dict:

@@ -114,7 +114,14 @@ def _by_study(candidates: list[Candidate], study: StudyWinner | None):
     if study is None:
         raise NoStudyRecorded("in use")
     for c in candidates:
-        c.extra["study_value"] = diagnostics_from_handoff_metrics(c.metrics)[study.diagnostic]
+        values = diagnostics_from_handoff_metrics(c.metrics)
+        if study.diagnostic not in values:
+            raise BatonError(
+                f"selection.criterion=study: selection study #{study.study_id} chose "
+                f"{study.diagnostic}, which this handoff did not compute for step {c.step} (it "
+                f"has {', '.join(sorted(values))}); use the probe settings the study used "
+                "(selection.k > 1 for pass@k) or another criterion")
+        c.extra["study_value"] = values[study.diagnostic]
     ordered = sorted(candidates, key=lambda c: (-study.direction * c.extra["study_value"], -c.step))
     rho = "" if study.spearman is None else f"Spearman rho {study.spearman:+.2f}"
     if rho and study.interval and None not in study.interval:

@@ -142,7 +142,9 @@ def _correlate(candidates: list[CandidateResult], diagnostic: str, target: str, 
 
 
 def _winner(correlations: list[Correlation]) -> Correlation | None:
-    defined = [c for c in correlations if c.target == "final_reward" and not math.isnan(c.spearman)]
+    # A rho of 0 predicts nothing: it must not become a winner with an arbitrary sign.
+    defined = [c for c in correlations if c.target == "final_reward"
+               and not math.isnan(c.spearman) and round(abs(c.spearman), 12) > 0]
     if not defined:
         return None
 

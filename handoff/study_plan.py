@@ -19,6 +19,14 @@ class StudyNotPossible(BatonError):
         super().__init__(f"baton study selection: {detail}. {fix}")
 
 
+class StudyCandidateFailed(BatonError):
+    """A candidate's RL run failed or left no outcome: the study records `failed`."""
+
+    def __init__(self, step: int, detail: str, log: str):
+        super().__init__(f"baton study selection: the RL run of candidate step {step} {detail}; "
+                         f"its log is {log}. Fix what it reports and run the study again")
+
+
 @dataclass(frozen=True)
 class StudyInput:
     """One candidate: a committed checkpoint as lineage recorded it."""

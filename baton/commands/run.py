@@ -29,7 +29,9 @@ def main(args) -> int:
 
 def _check_study_exists(cfg) -> None:
     """criterion=study needs a finished selection study: say so before CPT and SFT run."""
-    if not any(h.selection.criterion == "study" for h in cfg.pipeline.handoffs.values()):
+    stages = set(cfg.pipeline.stages)
+    if not any(h.selection.criterion == "study" and {h.from_stage, h.to_stage} <= stages
+               for h in cfg.pipeline.handoffs.values()):
         return
     from flows.study_records import study_winner
     from handoff.selection import NoStudyRecorded

@@ -17,6 +17,9 @@ def main(args) -> int:
     from core.config import compose
 
     cfg = compose(list(args.overrides))  # every config error before Prefect starts
+    from ckpt import signing
+
+    signing.configure(cfg.ckpt.signing_key_env)
     from flows.stage_config import stage_config
     from flows.study_records import StudyRecording
 

@@ -126,6 +126,10 @@ def _handoff_problems(cfg: BatonConfig) -> list[str]:
         if h.selection.criterion not in CRITERIA:
             found.append(f"{key}.selection.criterion={h.selection.criterion!r}: expected one of "
                          f"{', '.join(CRITERIA)}")
+        if h.selection.criterion == "study" and (h.from_stage, h.to_stage) != ("sft", "rl"):
+            found.append(f"{key}.selection.criterion=study: a selection study measures SFT "
+                         f"checkpoints as RL starts, not {h.from_stage} -> {h.to_stage}; use it "
+                         "only at pipeline.handoffs.sft_rl")
         if h.from_stage not in STAGES or h.to_stage not in STAGES:
             found.append(f"{key}: from_stage={h.from_stage!r} to_stage={h.to_stage!r}; expected "
                          f"stages among {', '.join(STAGES)}")

@@ -138,6 +138,11 @@ def test_criterion_study_picks_by_the_winning_diagnostic_and_records_the_study(s
     with _store(run_dir) as store:
         handoff = [h for p in store.pipeline_runs() for h in store.handoffs(p.id)
                    if h.to_stage == "rl"][-1]
+    from handoff.study import diagnostics_from_handoff_metrics, pick_by_study
+    expected = pick_by_study([(c.step, diagnostics_from_handoff_metrics(c.metrics))
+                              for c in handoff.candidates],
+                             record.winner_diagnostic, record.winner_direction)
+    assert handoff.chosen_step == expected  # by the winner, in the winner's direction
     assert handoff.criterion == "study"
     assert handoff.criterion_params["study"]["study_id"] == 1
     assert handoff.criterion_params["study"]["diagnostic"] == record.winner_diagnostic
@@ -150,3 +155,18 @@ def test_criterion_study_without_a_study_stops_before_any_stage(tmp_path):
     assert proc.returncode == 2, text
     assert "holds no completed selection study" in text and "Traceback" not in text
     assert not any(tmp_path.glob("pipeline-*"))
+
+
+def test_a_candidate_whose_rl_run_fails_fails_the_study_with_a_clear_error(study):
+    """Runs last: it records study #2, which must not be the one criterion=study uses."""
+    run_dir, _ = study
+    crash = f"+pipeline.overrides.rl=[{TINY_RL},'debug.crash_in_save_at_step=2']"
+    proc = run_baton("study", "selection", f"run.dir={run_dir}", *CPT_SFT, crash,
+                     "rl.trainer_restarts=0", "study.steps=[2,4,6]", "study.rl_steps=2",
+                     "study.bootstrap=200", timeout=900)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2, text[-4000:]
+    assert "the RL run of candidate step" in text and "study-candidate.log" in text
+    assert "Traceback" not in text
+    with _store(run_dir) as store:
+        assert store.study(2).status == "failed" and store.latest_study().id == 1

@@ -53,3 +53,20 @@ def test_criterion_study_picks_by_the_winning_diagnostic_in_its_direction():
 def test_criterion_study_without_a_study_is_a_clear_error():
     with pytest.raises(NoStudyRecorded, match="no completed selection study"):
         select(_candidates(), "study", score_metric="accuracy")
+
+
+def test_a_diagnostic_the_handoff_did_not_compute_is_a_clear_error():
+    from core.errors import BatonError
+    for c in (cands := _candidates()):
+        del c.metrics["pass@4"]
+    with pytest.raises(BatonError, match="selection study #3 chose pass@k, which this handoff did not compute"):
+        select(cands, "study", score_metric="accuracy", study=StudyWinner(3, "pass@k", +1))
+
+
+def test_criterion_study_is_accepted_only_at_sft_to_rl():
+    from core.config import compose
+    from core.errors import ConfigError
+    compose(["selection@pipeline.handoffs.sft_rl.selection=study"])
+    with pytest.raises(ConfigError, match="pipeline.handoffs.rm_rl.selection.criterion=study: a "
+                                          "selection study measures SFT checkpoints as RL starts"):
+        compose(["selection@pipeline.handoffs.rm_rl.selection=study"])
