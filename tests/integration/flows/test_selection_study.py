@@ -158,15 +158,15 @@ def test_criterion_study_without_a_study_stops_before_any_stage(tmp_path):
 
 
 def test_a_candidate_whose_rl_run_fails_fails_the_study_with_a_clear_error(study):
-    """Runs last: it records study #2, which must not be the one criterion=study uses."""
+    """Runs last: it records study #2, which must not be the one criterion=study uses. The
+    candidates' RL stages point at a Ray address where nothing listens, so each fails in
+    its first seconds, as a real RL failure would fail later."""
     run_dir, _ = study
-    crash = f"+pipeline.overrides.rl=[{TINY_RL},'debug.crash_in_save_at_step=2']"
-    proc = run_baton("study", "selection", f"run.dir={run_dir}", *CPT_SFT, crash,
-                     "rl.trainer_restarts=0", "study.steps=[2,4,6]", "study.rl_steps=2",
-                     "study.bootstrap=200", timeout=900)
+    proc = run_baton("study", "selection", f"run.dir={run_dir}", *PIPELINE, "rl.ray.address=127.0.0.1:9",
+                     "study.steps=[2,4,6]", "study.rl_steps=2", "study.bootstrap=200", timeout=900)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 2, text[-4000:]
-    assert "the RL run of candidate step" in text and "study-candidate.log" in text
-    assert "Traceback" not in text
+    assert "baton study: error: baton study selection: the RL run of candidate step" in text
+    assert "study-candidate.log" in text and "Traceback" not in text
     with _store(run_dir) as store:
         assert store.study(2).status == "failed" and store.latest_study().id == 1
