@@ -39,7 +39,6 @@ LONGEST_FIRST = [
     "tests/integration/ckpt/test_random_kills_during_saves.py",
     "tests/integration/ckpt/test_resume_is_bit_exact.py",
     "tests/integration/stages/test_rm_and_rl.py",
-    "tests/integration/flows/test_selection_study.py",
     "tests/integration/rl/test_rl_roles.py",
     "tests/integration/ckpt/test_reshard.py",
     "tests/integration/ckpt/test_adopt_and_export.py",

@@ -11,13 +11,18 @@ the study's winning diagnostic and records which study it used.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_baton
 
-pytestmark = pytest.mark.slow
+# Over the 90-minute CI budget on 2 cores (about 8 minutes of CPU): opt-in until the suite
+# is made cheaper. BATON_STUDY_TESTS=1 make test ARGS=tests/integration/flows/test_selection_study.py
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not os.environ.get("BATON_STUDY_TESTS"),
+                                 reason="opt-in (BATON_STUDY_TESTS=1): over CI's time budget")]
 
 PROBES = [f"pipeline.handoffs.{h}.selection.probe_prompts=4" for h in ("cpt_sft", "sft_rl")]
 # 16 held-out prompts x 8 samples: enough that the candidates' rewards differ, so the study
