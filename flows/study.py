@@ -61,16 +61,11 @@ def study_candidate(overrides: list[str], study: dict, candidate: dict) -> dict:
 def _candidate_overrides(overrides: list[str], candidate: dict, study: dict, root: Path) -> list[str]:
     """The RL stage exactly as the pipeline would configure it (pipeline.parallel.rl,
     pipeline.overrides.rl), started from this candidate, in its own directory."""
-    from core.config.compose import quoted
     from flows import study_candidate as one
-    from lineage.urls import mlflow_uri, store_url
+    from flows.stage_config import stage_overrides
 
-    top = stage_config(overrides, None)
-    layout = top.pipeline.parallel.get("rl")
-    return [*([f"parallel={layout}"] if layout else []), *overrides,
-            *top.pipeline.overrides.get("rl", []), quoted("store.url", store_url(top)),
-            quoted("mlflow.tracking_uri", mlflow_uri(top)), quoted("run.dir", str(root)),
-            *one.rl_overrides(candidate["path"], study["rl_steps"])]
+    return stage_overrides(overrides, "rl", str(root),
+                           one.rl_overrides(candidate["path"], study["rl_steps"]))
 
 
 @task(name="study-candidate-rl", cache_policy=NO_CACHE)

@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
     import contextlib
 
     overrides = json.loads(Path(argv[0]).read_text())["overrides"]
-    cfg = compose(["stage=rl", *overrides])
+    cfg = compose(overrides)  # flows.stage_config.stage_overrides: stage=rl included
     pin_this_process(cfg.repro)  # this process is the candidate's own: it may pin itself
     with contextlib.ExitStack() as locks:
         model_dir = prepare_stage(cfg, "rl", locks)
