@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ckpt import manifest as manifest_io
-from ckpt.checkpointer import rng_file
+from ckpt.state_files import rng_file
 from ckpt.errors import IncompatibleCheckpoint
 from ckpt.parallel_layout import Sharding
 

@@ -26,43 +26,12 @@ from ckpt.layout import MANIFEST, step_dirname
 from ckpt.parallel_layout import Layout
 from ckpt.save_job import Faults, SaveJob, SaveRunner
 from ckpt.staging import StagingPool
+# The file names: their own module, which readers import without DeepSpeed.
+from ckpt.state_files import (DATA, GRAD_RECORD, META, OBJECTIVE, PROGRESS, classify, grad_file,
+                              rng_file)
 from ckpt.writers import get_writer
 
 log = logging.getLogger(__name__)
-
-RNG_DIR, GRAD_DIR = "rng", "grad_accum"
-PROGRESS, DATA, META, GRAD_RECORD = "progress.json", "data.json", "meta.json", "grad_accum.json"
-# The objective's own state (RL: KL controller, reference and reward-model identity).
-OBJECTIVE = "objective.json"
-
-
-def rng_file(rank: int) -> str:
-    return f"{RNG_DIR}/rank-{rank:05d}.json"
-
-
-def grad_file(rank: int) -> str:
-    return f"{GRAD_DIR}/rank-{rank:05d}.safetensors"
-
-
-def classify(rel: str, zero_stage: int) -> list[str]:
-    """Components a file holds. DeepSpeed puts the scheduler (and, without ZeRO, the
-    optimizer) into the model-states file."""
-    name = rel.rsplit("/", 1)[-1]
-    if name.endswith("optim_states.pt"):
-        return ["optimizer"]
-    if name.endswith("model_states.pt"):
-        parts = ["model"]
-        if name.startswith("mp_rank_00") or name.startswith("zero_pp_rank_0_"):
-            parts.append("scheduler")
-            if zero_stage == 0:
-                parts.append("optimizer")
-        return parts
-    if rel.startswith(RNG_DIR + "/"):
-        return ["rng"]
-    if rel.startswith(GRAD_DIR + "/") or rel == GRAD_RECORD:
-        return [manifest_io.GRAD_ACCUM]
-    return {PROGRESS: ["progress"], DATA: ["data"], META: ["meta"],
-            OBJECTIVE: [manifest_io.RL_STATE]}.get(rel, [])
 
 
 @dataclass

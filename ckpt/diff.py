@@ -24,7 +24,7 @@ import torch
 
 from ckpt import content_hash
 from ckpt import manifest as manifest_io
-from ckpt.checkpointer import META, classify
+from ckpt.state_files import META, classify
 from ckpt.content_digest import content_digest, is_state_file
 from ckpt.errors import CheckpointError, UnreadablePayload
 from ckpt.reader import CheckpointReader

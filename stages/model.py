@@ -42,9 +42,10 @@ def _create_builtin_pinned(cfg: BatonConfig, directory: Path) -> None:
     process when it is pinned to that mode (a `baton` command pins itself first), else in a
     child process that is. Never by re-pinning this one: its environment would leak into
     every process it starts later."""
-    from core.repro import runs_pinned
+    from core.repro import apply_in_process, runs_pinned
 
     if runs_pinned(cfg.repro):
+        apply_in_process(cfg.repro)  # threads and deterministic kernels (a repeat is harmless)
         _create_builtin(cfg.model, cfg.seed, directory)
         return
     import subprocess

@@ -18,6 +18,7 @@ def prepare_stage(cfg, name: str, locks: contextlib.ExitStack | None = None):
     from ckpt.layout import checkpoints_dir, resolve_resume, stage_dir
     from ckpt.parallel_layout import Layout
     from stages.model import ensure_model_dir, model_identity_from_dir
+    from stages.model import model_dir as model_dir_of
     from stages.preflight import check_stage_inputs
     from stages.registry import objective_class
     from stages.run_lock import stage_lock
@@ -26,12 +27,17 @@ def prepare_stage(cfg, name: str, locks: contextlib.ExitStack | None = None):
     check_stage_inputs(cfg)  # a bad model.path or init_from is refused before any worker
     if locks is not None:  # before the first write (the built-in model, launch.json)
         locks.enter_context(stage_lock(stage_dir(cfg.run.dir, name)))
-    model_dir = ensure_model_dir(cfg)
     s = cfg.stage
     if s.init_from and (s.init_optimizer or s.init_scheduler or s.init_rng):
         from ckpt.carry import check_carry_layout
         check_carry_layout(s.init_from, cfg.parallel.world_size, cfg.parallel.zero_stage)
     target = resolve_resume(cfg.resume, checkpoints_dir(cfg.run.dir, name))
+    if target is None and name != "rl":
+        # Nothing here reads the model: the workers create the built-in one if it is not
+        # there yet (stages.worker), after the imports they pay anyway. RL's roles load it
+        # beside the workers, so RL has it made here.
+        return model_dir_of(cfg)
+    model_dir = ensure_model_dir(cfg)
     if target is not None:
         parallel = Layout.from_config(cfg).sharding.to_dict()
         identity = model_identity_from_dir(model_dir, objective_class(name).model_class)

@@ -174,7 +174,7 @@ def verify_checkpoint_journal(path, manifest) -> tuple[list[int], str]:
     checked, what was checked in words); JournalDamaged names the first problem."""
     from pathlib import Path
 
-    from ckpt.checkpointer import OBJECTIVE
+    from ckpt.state_files import OBJECTIVE
     from ckpt.reader import CheckpointReader
 
     if OBJECTIVE not in manifest.files:

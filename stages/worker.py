@@ -29,7 +29,7 @@ from ckpt.state import RngState, TrainingProgress, derived_seed, seed_everything
 from stages import grad_accum, run_files
 from stages.engine_setup import build_engine, init_distributed
 from stages.lifeline import worker_start
-from stages.model import model_identity
+from stages.model import ensure_model_dir, model_identity
 from stages.registry import objective_class
 from stages.sampler import GlobalSampler
 from stages.tasks import TRAIN, ArithmeticTasks
@@ -59,6 +59,10 @@ class StageWorker:
         self.cfg = from_dict(launch["config"])
         self.launch = launch
         apply_in_process(self.cfg.repro)  # its variables came from the launcher (core.repro)
+        # The built-in model if `baton stage` left it to the workers (stages.prepare): the
+        # first rank to lock it makes it. Before the process group exists (save_pretrained
+        # writes no weights on a rank other than 0) and before seeding (creation seeds).
+        ensure_model_dir(self.cfg)
         self.rank, self.world = init_distributed(self.cfg.parallel)
         s = self.cfg.stage
         seed_everything(derived_seed(self.cfg.seed, s.name, self.rank))

@@ -43,6 +43,7 @@ LONGEST_FIRST = [
     "tests/integration/ckpt/test_reshard.py",
     "tests/integration/ckpt/test_adopt_and_export.py",
     "tests/integration/repro/test_portable_mode.py",
+    "tests/integration/flows/test_selection_study.py",
 ]
 
 

@@ -21,10 +21,12 @@ def prepare(overrides: list[str], name: str, locks: contextlib.ExitStack | None 
         raise ConfigError(["stage.name is set by the command: use `baton stage NAME`"])
     cfg = compose([f"stage={name}", *overrides])
     if own_process:
-        # Then the built-in model is created here, not in a child (stages.model). Never in a
+        # Then the built-in model, where this process makes it, is made here, not in a child
+        # (stages.model), which applies the in-process settings when it does: a launch that
+        # computes nothing here skips their import of TorchInductor (1.3 s). Never in a
         # caller's process: the variables would leak into everything it starts later.
-        from core.repro import pin_this_process
-        pin_this_process(cfg.repro)
+        from core.repro import apply_to_environ
+        apply_to_environ(cfg.repro)
     return cfg, prepare_stage(cfg, name, locks)
 
 
