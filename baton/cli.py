@@ -30,7 +30,8 @@ COMMANDS = {
     "rl": ("baton.commands.rl", "replay: re-apply journaled RL steps and compare | journal show"),
     "config": ("baton.commands.config", "print the resolved config for the given overrides"),
     "study": ("baton.commands.study", "selection: RL from each SFT checkpoint; which diagnostic predicts RL"),
-    "bench": ("baton.commands.bench", "ckpt: time every checkpoint save method on the same state"),
+    "bench": ("baton.commands.bench", "ckpt: time every checkpoint save method on the same state; "
+              "repro, batch-invariant: what a mode costs per training step"),
 }
 
 

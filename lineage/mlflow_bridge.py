@@ -189,12 +189,13 @@ class MlflowLineage:
     def log_rl_journal(self, run_id: str, segments: list[dict], events: list[dict]) -> None:
         """The RL journal's index and every role event (weight syncs, failures, retries,
         restarts; `segment` = the journal step it is in) as `rl/journal.json`, plus counts
-        of failures, retries and restarts per journal step."""
+        of failures, retries, restarts, environment failures, dropped groups and
+        environment alerts per journal step."""
         from mlflow.entities import Metric
         self.client.log_dict(run_id, {"segments": segments, "events": events}, "rl/journal.json")
         now, metrics = int(time.time() * 1000), []
         for segment in segments:
-            for kind in ("role_failure", "retry", "trainer_restart"):
+            for kind in ("role_failure", "retry", "trainer_restart", "env_failure", "drop", "env_alert"):
                 count = sum(1 for e in events if e["segment"] == segment["step"] and e["kind"] == kind)
                 metrics.append(Metric(f"rl_{kind}s", float(count), now, segment["step"]))
         for i in range(0, len(metrics), 900):  # MLflow takes at most 1000 metrics per batch

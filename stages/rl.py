@@ -15,6 +15,8 @@ import torch.distributed as dist
 from stages.frozen import checkpoint_identity, frozen_model, same_frozen_model
 from stages.kl_controller import build_kl_controller
 from stages.objective import CausalLMObjective
+from stages.rl_logprobs import logprobs_of, token_logprobs
+from stages.rl_mismatch import all_reduced, importance_weights, merged, metrics_of, mismatch_sums
 from stages.sampling import EVAL_STREAM, decode_rows, generate, greedy_accuracy, seeded_generator
 from stages.tasks import HELDOUT, TRAIN, check_answer
 
@@ -44,10 +46,13 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return ((values * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)).mean()
 
 
-def grpo_loss(logp, ref_logp, advantages, mask, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, mean KL) of one group; logp/ref_logp/mask are (G, T), advantages (G,)."""
+def grpo_loss(logp, ref_logp, advantages, mask, beta: float,
+              weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, mean KL) of one group; logp/ref_logp/mask are (G, T), advantages (G,);
+    `weights` (G, T): the per-token importance correction of the policy term (rl.correction)."""
     kl = masked_mean(k3_kl(logp, ref_logp), mask)
-    policy = -masked_mean(advantages.unsqueeze(1) * logp, mask)
+    weighted = logp if weights is None else weights * logp
+    policy = -masked_mean(advantages.unsqueeze(1) * weighted, mask)
     return policy + beta * kl, kl.detach()
 
 
@@ -66,12 +71,15 @@ class RlObjective(CausalLMObjective):
         self.model_dir = None
         self.step = 0
         self._sums = torch.zeros(len(METRICS) + 1, dtype=torch.float64)
+        self._mismatch = mismatch_sums(torch.zeros(0), torch.zeros(0), torch.zeros(0))
+        self.rl = None  # cfg.rl: correction and batch invariance, bound with the run config
         self.steps = None  # stages.rl_steps.RlSteps, bound by the worker (needs the run config)
 
     def bind(self, cfg, sampler, run_dir) -> None:
         """The run's config, sampler and directory: what the journal and roles need."""
         from stages.rl_steps import RlSteps
         self.steps = RlSteps(cfg, sampler, run_dir, self)
+        self.rl = cfg.rl
 
     def setup(self, model_dir) -> None:
         s = self.cfg
@@ -103,28 +111,26 @@ class RlObjective(CausalLMObjective):
         newline = self.tokenizer("\n")["input_ids"][0]
         return (newline, self.tokenizer.eos_token_id)
 
-    def _log_probs(self, model, full: torch.Tensor, start: int):
-        """(token log-probs (G, T), full log-prob rows) of the sampling distribution."""
-        logits = model(input_ids=full, use_cache=False).logits[:, start - 1:-1].float()
-        logp_all = torch.log_softmax(logits / self.cfg.temperature, dim=-1)
-        target = full[:, start:].unsqueeze(-1)
-        return logp_all.gather(-1, target).squeeze(-1), logp_all
-
     def group_loss(self, model, group) -> tuple[torch.Tensor, list[float], dict]:
         """(loss, stats, what the journal records of it) for one prompt's group."""
         s = self.cfg
         start = len(group.prompt_ids)
         full = torch.cat([torch.tensor([group.prompt_ids] * group.tokens.shape[0]),
                           group.tokens], dim=1)
-        logp, logp_all = self._log_probs(model, full, start)
+        # The policy's log-probs as the rollout engine computed its own (stages.rl_logprobs);
+        # the reference's are not compared with anything, so they take the batched path.
+        logp, logp_all = logprobs_of(self.rl.batch_invariant)(model, full, start, s.temperature)
         with torch.no_grad():
-            ref_logp, _ = self._log_probs(self.reference, full, start)
+            ref_logp, _ = token_logprobs(self.reference, full, start, s.temperature)
             entropy = masked_mean(-(logp_all.exp() * logp_all).sum(-1), group.mask)
             kl_per_sample = ((k3_kl(logp, ref_logp) * group.mask).sum(dim=1)
                              / group.mask.sum(dim=1).clamp(min=1.0)).double()
         rewards = group.rewards(s.reward_checker_weight, s.reward_model_weight)
         advantages = group_advantages(rewards).float()
-        loss, kl = grpo_loss(logp, ref_logp, advantages, group.mask, self.kl.coef)
+        weights, changed = importance_weights(logp, group.rollout_logp, self.rl.correction,
+                                              self.rl.correction_cap)
+        loss, kl = grpo_loss(logp, ref_logp, advantages, group.mask, self.kl.coef, weights)
+        self._mismatch = merged(self._mismatch, mismatch_sums(group.rollout_logp, logp, group.mask, changed))
         stats = [float(rewards.mean()), float(kl), float(entropy), float(group.mask.sum(dim=1).mean())]
         trained = {"trainer_logp": logp.detach().float(), "advantage": advantages,
                    "kl": kl_per_sample}
@@ -136,6 +142,8 @@ class RlObjective(CausalLMObjective):
         losses, tokens = [], 0
         for index in batch["indices"]:
             group = groups[index]
+            if group.dropped:  # the environment gave up on it: no reward, no update
+                continue
             loss, stats, trained = self.group_loss(model, group)
             self.steps.record_trained(index, trained)
             losses.append(loss)
@@ -143,6 +151,8 @@ class RlObjective(CausalLMObjective):
             self._sums += torch.tensor(stats + [1.0], dtype=torch.float64)
         self.steps.maybe_kill_trainer(self.step)
         batch["response_tokens"] = tokens
+        if not losses:  # every group of this micro-batch dropped: a zero loss, same graph
+            return sum(p.sum() for p in module.parameters() if p.requires_grad) * 0.0
         return torch.stack(losses).mean()
 
     def step_metrics(self) -> dict:
@@ -154,6 +164,11 @@ class RlObjective(CausalLMObjective):
             dist.all_reduce(sums)
         means = (sums[:-1] / sums[-1].clamp(min=1.0)).tolist()
         record = dict(zip(METRICS, means), kl_coef=self.kl.coef)
+        mismatch, self._mismatch = all_reduced(self._mismatch), torch.zeros_like(self._mismatch)
+        record.update(metrics_of(mismatch, self.rl.correction))
+        if self.rl.env.task == "program":  # every rank holds the whole step's groups
+            from stages.rl_roles.env_records import env_step_metrics
+            record.update(env_step_metrics(self.steps.groups.values()))
         self.steps.finish_step(self.step, self.kl.coef)  # collective
         self.kl.update(record["kl"])
         return record

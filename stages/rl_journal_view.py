@@ -27,14 +27,18 @@ def journal_of(run: Path) -> Path:
 def step_summary(records: dict, tensors: dict) -> dict:
     kinds = Counter(e["kind"] for e in records["events"])
     samples = records["samples"]
+    scored = [s for s in samples if s["reward"] is not None]  # not the dropped groups'
     return {"step": records["step"], "prompts": len(records["prompts"]), "samples": len(samples),
             "policy_version": samples[0]["policy_version"] if samples else None,
             "kl_coef": records["kl_coef"],
-            "reward": sum(s["reward"]["total"] for s in samples) / max(len(samples), 1),
-            "kl": sum(s["kl"] for s in samples) / max(len(samples), 1),
+            "reward": sum(s["reward"]["total"] for s in scored) / max(len(scored), 1),
+            "kl": sum(s["kl"] for s in scored) / max(len(scored), 1),
+            "env_failures": kinds.get("env_failure", 0), "dropped": kinds.get("drop", 0),
+            "env_alerts": kinds.get("env_alert", 0),
             "weight_syncs": kinds.get("weight_sync", 0),
             "role_failures": kinds.get("role_failure", 0), "retries": kinds.get("retry", 0),
-            "trainer_restarts": kinds.get("trainer_restart", 0), "events": records["events"]}
+            "trainer_restarts": kinds.get("trainer_restart", 0), "events": records["events"],
+            "mismatch": records.get("mismatch")}
 
 
 def sample_detail(records: dict, tensors: dict, index: int) -> dict:
@@ -76,12 +80,25 @@ def _median(values: list[float]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
+def run_ettr(run: Path) -> float | None:
+    """ETTR of the run (stages.rl_roles.env_records.ettr) from its rl/metrics.jsonl."""
+    import json
+
+    from stages.rl_roles.env_records import ettr
+
+    metrics = Path(run) / "rl" / "metrics.jsonl"
+    if not metrics.is_file():
+        return None
+    return ettr([json.loads(line) for line in metrics.read_text().splitlines() if line.strip()])
+
+
 def show(run: Path, step: int | None, sample: int | None) -> dict:
     root = journal_of(run)
     steps = journal.committed_steps(root)
     if step is None:
         summaries = [step_summary(*journal.read_segment(root, s)) for s in steps]
-        return {"journal": str(root), "steps": summaries, "recovery": recoveries(summaries)}
+        return {"journal": str(root), "steps": summaries, "recovery": recoveries(summaries),
+                "ettr": run_ettr(run)}
     if step not in steps:
         raise BatonError(f"--step {step}: {root} has no such segment (committed steps: "
                          f"{steps[0] if steps else '-'}..{steps[-1] if steps else '-'}); pick one of them")

@@ -23,6 +23,7 @@ from core.errors import BatonError
 from stages.rl_roles.cluster import ENV_ATTEMPT, ENV_DIED_AT
 from stages.rl_roles.groups import segment_of, trained_of
 from stages.rl_roles.source import StepSource
+from stages.rl_mismatch import merged, metrics_of, mismatch_sums
 
 JOURNAL_DIR = "journal"
 CURSOR = "cursor"
@@ -148,10 +149,13 @@ class RlSteps:
         records, tensors = segment_of(step + 1, kl_coef, order, trained, events,
                                       (s.reward_checker_weight, s.reward_model_weight))
         records["trainer"] = {"attempt": self.attempt, "world_size": self.world}
+        records["mismatch"] = step_mismatch(order, trained, self.cfg.rl)
         journal.write_segment(self.root, step + 1, records, tensors)
 
     def _check_reapplied(self, step: int, trained: dict) -> None:
-        recorded = trained_of(*self.journaled)
+        recorded = trained_of(*self.journaled)  # dropped groups were not trained on, then or now
+        if sorted(recorded) != sorted(trained):
+            raise ReplayDiverged(self.journaled_root, step, min(set(recorded) ^ set(trained)), "set of trained groups")
         for prompt_index, values in recorded.items():
             for field, tensor in values.items():
                 if not torch.equal(tensor, trained[prompt_index][field].to(tensor.dtype)):
@@ -166,6 +170,17 @@ class RlSteps:
 
     def load_journal_state(self, state: dict | None) -> None:
         self.cursor = int(state[CURSOR]) if state else 0
+
+
+def step_mismatch(groups: list, trained: dict, rl) -> dict:
+    """The step's rollout/trainer mismatch (stages.rl_mismatch) from what the journal holds:
+    each group's engine log-probs beside the trainer's, and how they were computed."""
+    sums = mismatch_sums(torch.zeros(0), torch.zeros(0), torch.zeros(0))
+    for g in groups:
+        if g.prompt_index in trained:  # not a group the environment role dropped
+            sums = merged(sums, mismatch_sums(g.rollout_logp, trained[g.prompt_index]["trainer_logp"], g.mask))
+    return {**metrics_of(sums, "none"), "tokens": int(sums[0]), "batch_invariant": rl.batch_invariant,
+            "correction": rl.correction, "correction_cap": rl.correction_cap}
 
 
 def verify_checkpoint_journal(path, manifest) -> tuple[list[int], str]:

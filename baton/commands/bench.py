@@ -1,5 +1,6 @@
 """`baton bench ckpt [--size-gb X ...] [--rounds N] [--json PATH] [--plot PATH] [--quick]`:
-measure every checkpoint save method on the same state (docs/bench.md)."""
+measure every checkpoint save method on the same state (docs/bench.md). `baton bench repro`
+and `baton bench batch-invariant`: step time per mode of a real stage (bench.stage_modes)."""
 from __future__ import annotations
 
 import json
@@ -31,10 +32,17 @@ def add_arguments(parser) -> None:
     repro.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the results")
     repro.add_argument("--plot", type=Path, default=None, metavar="PATH", help="write a PNG")
 
+    invariant = sub.add_parser("batch-invariant", help="RL step time with rl.batch_invariant=true vs "
+                               "the default batched log-probs, interleaved rounds of real RL stages")
+    invariant.add_argument("--rounds", type=int, default=3, help="rounds, each one run per mode (>= 3)")
+    invariant.add_argument("--steps", type=int, default=10, help="RL steps per run (>= 5)")
+    invariant.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the results")
+    invariant.add_argument("--plot", type=Path, default=None, metavar="PATH", help="write a PNG")
+
 
 def main(args) -> int:
-    if args.action == "repro":
-        return repro_main(args)
+    if args.action in ("repro", "batch-invariant"):
+        return modes_main(args)
     from bench.options import DEFAULT_SIZES_GB, BenchOptions
 
     options = BenchOptions(
@@ -71,21 +79,30 @@ def write_outputs(result: dict, json_path: Path, plot_path: Path) -> None:
     write_plot(result, plot_path)
 
 
-def repro_main(args) -> int:
+def modes_main(args) -> int:
+    """`bench repro` and `bench batch-invariant`: step time per mode (bench.stage_modes)."""
+    import os
+    import sys
+
     from core.errors import BatonError
     from bench.machine import cpu_model
-    from bench.repro import report_lines, run_repro_bench, write_plot
+    from bench.stage_modes import report_lines, run_mode_bench, write_plot
 
     if args.rounds < 3 or args.steps < 5:
-        raise BatonError(f"bench repro: --rounds {args.rounds} --steps {args.steps}: expected at "
-                         "least 3 rounds (min and median need them) and 5 steps per run")
-    import sys
-    result = run_repro_bench(args.stage, args.rounds, args.steps, list(args.overrides),
-                             progress=lambda line: print(line, file=sys.stderr, flush=True))
-    result["machine"] = f"{cpu_model()}, {__import__('os').cpu_count()} cores"
-    print("\n".join(report_lines(result, result["machine"])))
+        raise BatonError(f"bench {args.action}: --rounds {args.rounds} --steps {args.steps}: expected "
+                         "at least 3 rounds (min and median need them) and 5 steps per run")
+    if args.action == "repro":
+        from bench.repro import repro_bench
+        bench = repro_bench(args.stage)
+    else:
+        from bench.batch_invariant import batch_invariant_bench
+        bench = batch_invariant_bench()
+    result = run_mode_bench(bench, args.rounds, args.steps, list(args.overrides),
+                            progress=lambda line: print(line, file=sys.stderr, flush=True))
+    result["machine"] = f"{cpu_model()}, {os.cpu_count()} cores"
+    print("\n".join(report_lines(bench, result, result["machine"])))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     if args.plot:
-        write_plot(result, args.plot)
+        write_plot(bench, result, args.plot)
     return 0

@@ -50,12 +50,15 @@ def _show(args) -> int:
         print(json.dumps(view, indent=1))
     elif args.step is None:
         print(f"{'step':>5} {'prompts':>7} {'samples':>7} {'version':>7} {'reward':>8} {'kl':>9} "
-              f"{'kl_coef':>8} {'syncs':>5} {'failures':>8} {'retries':>7} {'restarts':>8}   ({view['journal']})")
+              f"{'kl_coef':>8} {'syncs':>5} {'failures':>8} {'retries':>7} {'restarts':>8} "
+              f"{'max|Δlogp|':>10}   ({view['journal']})")
         for s in view["steps"]:
             print(f"{s['step']:>5} {s['prompts']:>7} {s['samples']:>7} {s['policy_version']:>7} "
                   f"{s['reward']:>8.4f} {s['kl']:>9.2e} {s['kl_coef']:>8.4f} {s['weight_syncs']:>5} "
-                  f"{s['role_failures']:>8} {s['retries']:>7} {s['trainer_restarts']:>8}")
+                  f"{s['role_failures']:>8} {s['retries']:>7} {s['trainer_restarts']:>8} "
+                  f"{_max_diff(s['mismatch']):>10}")
         _print_recovery(view["recovery"])
+        _print_environment(view)
     elif args.sample is None:
         print(f"step {view['step']}: {view['prompts']} prompts, {view['samples']} samples, "
               f"policy version {view['policy_version']}, kl_coef {view['kl_coef']}")
@@ -64,6 +67,10 @@ def _show(args) -> int:
         print(f"{'#':>4} {'prompt':>7} {'smp':>3} {'seed':>11} {'actor':>10} {'checker':>7} {'rm':>9} "
               f"{'total':>9} {'adv':>8} {'kl':>9}")
         for i, r in enumerate(view["rows"]):
+            if r["reward"] is None:  # its group was dropped by the environment role
+                print(f"{i:>4} {r['prompt_index']:>7} {r['sample']:>3} {r['seed']:>11} {r['served_by']:>10} "
+                      "dropped (environment failure): not scored, not trained on")
+                continue
             rm = "-" if r["reward"]["rm"] is None else f"{r['reward']['rm']:.4f}"
             print(f"{i:>4} {r['prompt_index']:>7} {r['sample']:>3} {r['seed']:>11} {r['served_by']:>10} "
                   f"{r['reward']['checker']:>7.1f} {rm:>9} {r['reward']['total']:>9.4f} "
@@ -84,3 +91,20 @@ def _print_recovery(recovery: dict) -> None:
     if recovery["role_over_trainer"] is not None:
         print(f"recovery: role-only / full trainer restart = {recovery['role_over_trainer']:.3f} "
               "(medians, this run)")
+
+
+def _print_environment(view: dict) -> None:
+    """rl.env.task=program runs: failures, dropped groups, alerts, and ETTR."""
+    steps = view["steps"]
+    failures, dropped = sum(s["env_failures"] for s in steps), sum(s["dropped"] for s in steps)
+    alerts = sum(s["env_alerts"] for s in steps)
+    if failures or dropped or alerts or view["ettr"] is not None:
+        ettr = "-" if view["ettr"] is None else f"{view['ettr']:.4f}"
+        print(f"environment: {failures} environment failure(s), none scored; {dropped} group(s) "
+              f"dropped; {alerts} alert(s); ETTR {ettr} (1 - seconds lost to environment "
+              "failures / seconds of the steps)")
+
+
+def _max_diff(mismatch: dict | None) -> str:
+    """The step's largest |trainer - rollout| log-prob gap; '-' in a journal from before it was recorded."""
+    return "-" if mismatch is None else f"{mismatch['logp_diff_max']:.2e}"

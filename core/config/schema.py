@@ -184,6 +184,35 @@ class RlFaultsConfig:
     kill_rollout_actor_at_step: int = -1
     kill_reward_actor_at_step: int = -1
     kill_trainer_at_step: int = -1
+    env_crash_rate: float = 0.0
+    """rl.env.task=program: the share of sandbox runs that crash before the program runs
+    (SIGKILL), drawn per attempt from the run seed; likewise:"""
+    env_timeout_rate: float = 0.0
+    """... that hang without computing until the wall-clock limit;"""
+    env_infra_rate: float = 0.0
+    """... whose environment fails to start (an infrastructure error)."""
+
+
+@dataclass
+class RlEnvConfig:
+    """The environment role: where the policy's output is executed (docs/rl_environment.md)."""
+
+    task: str = "answer"
+    """answer: the checker compares the completion with the sum. program: the completion is
+    a Python program, run by the environment role in a fresh sandboxed process (own network
+    namespace, rlimits, an audit hook, a scratch directory), and its output is checked."""
+    timeout_s: float = 5.0
+    """Wall-clock limit of one sandbox run."""
+    cpu_s: int = 2
+    """CPU seconds a program may use (RLIMIT_CPU)."""
+    memory_mb: int = 256
+    """Address space of a sandbox process (RLIMIT_AS)."""
+    retries: int = 2
+    """Environment failures of one sample retried, each in a fresh sandbox; when they run
+    out, the sample's whole group is dropped from the step (recorded, never scored)."""
+    alert_rate: float = 0.05
+    """An `env_alert` event (journal, lineage, MLflow) when a step's environment failure
+    rate exceeds this."""
 
 
 @dataclass
@@ -193,6 +222,7 @@ class RlConfig:
     ray: RayConfig = field(default_factory=RayConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     faults: RlFaultsConfig = field(default_factory=RlFaultsConfig)
+    env: RlEnvConfig = field(default_factory=RlEnvConfig)
     role_retries: int = 3
     """Times a request to a dead rollout or reward actor is re-issued (after the actor's
     restart and weight re-sync) before the step fails."""
@@ -205,6 +235,17 @@ class RlConfig:
     replay_to_step: Optional[int] = None
     """Stop (and save) at this step instead of stage.max_steps (`baton rl replay --to-step`);
     max_steps stays, so the learning-rate schedule is the original run's."""
+    correction: str = "none"
+    """Importance correction for the gap between the rollout engine's log-probs (the
+    behaviour policy) and the trainer's, on the policy-gradient term: none; tis (truncated
+    importance sampling: each token weighted by min(π_trainer/π_rollout, correction_cap));
+    mis (masked: a token whose ratio exceeds the cap gets weight 0, the others their ratio)."""
+    correction_cap: float = 2.0
+    """The cap C of tis and mis (>= 1)."""
+    batch_invariant: bool = False
+    """Rollout engine and trainer compute the log-probs through one path, a forward of each
+    whole sequence alone (batch of one, no padding), so they are bitwise equal; the engine
+    computes them again after sampling, which costs time (docs/rl.md)."""
 
 
 @dataclass

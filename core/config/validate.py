@@ -6,6 +6,8 @@ from pathlib import Path
 from core.config.schema import BatonConfig
 
 STAGES = ("cpt", "sft", "rm", "rl")
+CORRECTIONS = ("none", "tis", "mis")
+ENV_TASKS = ("answer", "program")
 CRITERIA = ("latest", "best_score", "entropy_floor", "entropy_tolerance", "study")
 """Handoff selection criteria (implemented in `handoff.selection`)."""
 
@@ -165,6 +167,41 @@ def _rl_role_problems(rl) -> list[str]:
     if rl.replay_journal is not None and not Path(rl.replay_journal).is_dir():
         found.append(f"rl.replay_journal={rl.replay_journal!r}: no such directory; expected the "
                      "journal/ directory of an RL run (<run.dir>/rl/journal)")
+    found += _env_problems(rl.env, rl.faults)
+    if rl.correction not in CORRECTIONS:
+        found.append(f"rl.correction={rl.correction!r}: expected one of {', '.join(CORRECTIONS)} "
+                     "(none, truncated or masked importance sampling)")
+    if not rl.correction_cap >= 1:  # also NaN
+        found.append(f"rl.correction_cap={rl.correction_cap}: expected >= 1 (the largest "
+                     "importance weight π_trainer/π_rollout a token keeps)")
+    return found
+
+
+def _env_problems(env, faults) -> list[str]:
+    found = []
+    if env.task not in ENV_TASKS:
+        found.append(f"rl.env.task={env.task!r}: expected answer (the checker reads the text) or "
+                     "program (the environment role runs it in a sandbox)")
+    if not env.timeout_s > 0 or env.cpu_s < 1 or env.memory_mb < 64:
+        found.append(f"rl.env.timeout_s={env.timeout_s} rl.env.cpu_s={env.cpu_s} rl.env.memory_mb="
+                     f"{env.memory_mb}: expected timeout_s > 0, cpu_s >= 1 and memory_mb >= 64 "
+                     "(a Python interpreter needs about 20 MB to start)")
+    elif env.timeout_s < 2 * env.cpu_s:
+        found.append(f"rl.env.timeout_s={env.timeout_s} with rl.env.cpu_s={env.cpu_s}: expected "
+                     "timeout_s >= 2 * cpu_s, so that a program that computes reaches its CPU limit "
+                     "(the policy's failure) before the wall-clock one even on a busy machine")
+    if env.retries < 0:
+        found.append(f"rl.env.retries={env.retries}: expected >= 0")
+    if not 0 <= env.alert_rate <= 1:
+        found.append(f"rl.env.alert_rate={env.alert_rate}: expected a share between 0 and 1")
+    rates = {k: getattr(faults, k) for k in ("env_crash_rate", "env_timeout_rate", "env_infra_rate")}
+    bad = [f"rl.faults.{k}={v}" for k, v in rates.items() if not 0 <= v <= 1]
+    if bad or sum(rates.values()) > 1:
+        found.append(f"{' '.join(bad) or 'rl.faults.env_*_rate'}: expected shares between 0 and 1 "
+                     f"that add up to at most 1 (they add up to {sum(rates.values()):g})")
+    elif sum(rates.values()) > 0 and env.task != "program":
+        found.append(f"rl.faults.env_*_rate set with rl.env.task={env.task!r}: environment faults "
+                     "are injected into the sandbox, which only rl.env.task=program runs")
     return found
 
 

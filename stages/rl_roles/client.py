@@ -17,6 +17,7 @@ import numpy as np
 from core.errors import BatonError
 from stages.rl_roles.actors import REWARD, rollout_actor_name
 from stages.rl_roles.engine import RolloutRequest, weights_digest
+from stages.rl_roles.environment import ENVIRONMENT
 
 
 RESTART_DEADLINE_S, RESTART_POLL_S = 300, 0.1
@@ -57,7 +58,7 @@ class RoleClient:
     slot whose actor died, so the step waits for one weight sync, not for a process
     restart. Ray restarts the dead actor meanwhile, and it becomes the next spare."""
 
-    def __init__(self, ray, rollout_actors: int, spares: int, retries: int):
+    def __init__(self, ray, rollout_actors: int, spares: int, retries: int, environment: bool = False):
         self.ray, self.retries = ray, retries
         names = [rollout_actor_name(i) for i in range(rollout_actors + spares)]
         self.actors = {name: ray.get_actor(name) for name in names}
@@ -65,6 +66,7 @@ class RoleClient:
         self.synced: dict[str, tuple[int, int]] = {}
         """actor -> (policy version, pid) of the incarnation last synced."""
         self.reward = ray.get_actor(REWARD)
+        self.environment = ray.get_actor(ENVIRONMENT) if environment else None
         self.version: int | None = None
         self.digest: str | None = None
         self._weights_ref = None
@@ -156,6 +158,15 @@ class RoleClient:
         return {p: self._call(self.reward, lambda p=p, ids=ids, t=tokens, m=mask: self.reward.score.remote(step, p, ids, t, m),
                               REWARD, step, events, first=refs[p], detail={"prompt_index": p})
                 for p, ids, tokens, mask in items}
+
+    def run_programs(self, step: int, items: list[tuple[int, object, object]], events: list) -> dict:
+        """prompt index -> the environment role's result (stages.rl_roles.environment) for
+        (prompt index, tokens, mask); the role dying is recovered like the reward actor."""
+        env = self.environment
+        refs = {p: env.run.remote(step, p, tokens, mask) for p, tokens, mask in items}
+        return {p: self._call(env, lambda p=p, t=tokens, m=mask: env.run.remote(step, p, t, m),
+                              ENVIRONMENT, step, events, first=refs[p], detail={"prompt_index": p})
+                for p, tokens, mask in items}
 
     def _call(self, actor, submit, role: str, step: int, events: list, *, first=None,
               detail: dict | None = None):

@@ -29,6 +29,8 @@ class RolloutRequest:
     policy_version: int
     max_new_tokens: int
     temperature: float
+    batch_invariant: bool = False
+    """rl.batch_invariant: report log-probs computed the trainer's way (stages.rl_logprobs)."""
 
 
 @dataclass
@@ -98,5 +100,9 @@ class CpuRolloutEngine:
             sequences = torch.cat([sequences, token], dim=1)
             if on_token is not None:
                 on_token(position)
-        return RolloutResult(request.prompt_index, sequences[:, len(request.prompt_ids):],
-                             torch.cat(logps, dim=1), request.policy_version)
+        start, logp = len(request.prompt_ids), torch.cat(logps, dim=1)
+        if request.batch_invariant:
+            from stages.rl_logprobs import token_logprobs_per_sequence
+            # Again, each sequence alone, as the trainer computes them: bitwise its numbers.
+            logp, _ = token_logprobs_per_sequence(self.model, sequences, start, request.temperature)
+        return RolloutResult(request.prompt_index, sequences[:, start:], logp, request.policy_version)

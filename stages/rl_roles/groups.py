@@ -32,6 +32,10 @@ class Group:
     checker: torch.Tensor
     rm: torch.Tensor | None
     served_by: dict
+    env: list | None = None
+    """rl.env.task=program: per sample, every sandbox attempt (stages.rl_roles.environment)."""
+    dropped: dict | None = None
+    """Set when the environment role gave up on a sample: the group is not trained on."""
 
     def rewards(self, checker_weight: float, rm_weight: float) -> torch.Tensor:
         total = checker_weight * self.checker.double()
@@ -52,17 +56,20 @@ def segment_of(step: int, kl_coef: float, groups: list[Group], trained: dict, ev
     "trainer_logp" (G, T), "advantage" (G,) and "kl" (G,) of each group."""
     samples, rows = [], {k: [] for k in TENSOR_KEYS}
     for g in groups:
-        t = trained[g.prompt_index]
+        # A dropped group was not trained on: NaN where the trainer's numbers would be.
+        t = trained.get(g.prompt_index) or _untrained(g)
         rewards = g.rewards(*weights)
         for i, seed in enumerate(g.seeds):
             samples.append({
                 "prompt_index": g.prompt_index, "sample": i, "seed": seed,
                 "policy_version": g.policy_version, "served_by": g.served_by.get("actor"),
-                "reward": {"checker": float(g.checker[i]),
-                           "rm": None if g.rm is None else float(g.rm[i]),
-                           "total": float(rewards[i])},
-                "advantage": float(t["advantage"][i]), "kl": float(t["kl"][i]),
-                "response_tokens": int(g.mask[i].sum())})
+                "reward": None if g.dropped else {
+                    "checker": float(g.checker[i]), "rm": None if g.rm is None else float(g.rm[i]),
+                    "total": float(rewards[i])},
+                "advantage": None if g.dropped else float(t["advantage"][i]),
+                "kl": None if g.dropped else float(t["kl"][i]),
+                "response_tokens": int(g.mask[i].sum()),
+                **({"env": g.env[i]} if g.env else {})})
         rows["tokens"].append(g.tokens)
         rows["mask"].append(g.mask)
         rows["rollout_logp"].append(g.rollout_logp.float())
@@ -73,9 +80,16 @@ def segment_of(step: int, kl_coef: float, groups: list[Group], trained: dict, ev
         rows["kl"].append(t["kl"].double())
     records = {"format": FORMAT, "step": step, "kl_coef": kl_coef, "events": events,
                "prompts": [{"prompt_index": g.prompt_index, "prompt_ids": g.prompt_ids,
-                            "group_size": len(g.seeds)} for g in groups],
+                            "group_size": len(g.seeds), **({"dropped": g.dropped} if g.dropped else {})}
+                           for g in groups],
                "samples": samples}
     return records, {k: torch.cat(v) for k, v in rows.items()}
+
+
+def _untrained(g: Group) -> dict:
+    nan = float("nan")
+    return {"trainer_logp": torch.full(g.tokens.shape, nan), "advantage": torch.full((len(g.seeds),), nan),
+            "kl": torch.full((len(g.seeds),), nan, dtype=torch.float64)}
 
 
 def groups_of(records: dict, tensors: dict) -> list[Group]:
@@ -92,7 +106,9 @@ def groups_of(records: dict, tensors: dict) -> list[Group]:
                             samples[0]["policy_version"], tensors["tokens"][rows],
                             tensors["mask"][rows], tensors["rollout_logp"][rows],
                             tensors["checker"][rows], None if torch.isnan(rm).all() else rm,
-                            {"actor": samples[0]["served_by"]}))
+                            {"actor": samples[0]["served_by"]},
+                            [s["env"] for s in samples] if "env" in samples[0] else None,
+                            prompt.get("dropped")))
         start += n
     return groups
 
@@ -102,6 +118,7 @@ def trained_of(records: dict, tensors: dict) -> dict:
     out, start = {}, 0
     for prompt in records["prompts"]:
         rows = slice(start, start + prompt["group_size"])
-        out[prompt["prompt_index"]] = {k: tensors[k][rows] for k in ("trainer_logp", "advantage", "kl")}
+        if not prompt.get("dropped"):  # a dropped group was not trained on
+            out[prompt["prompt_index"]] = {k: tensors[k][rows] for k in ("trainer_logp", "advantage", "kl")}
         start += prompt["group_size"]
     return out

@@ -16,6 +16,7 @@ from dataclasses import replace
 from stages.rl_roles import cluster
 from stages.rl_roles.cluster import ENV_ATTEMPT, ENV_DIED_AT
 from stages.rl_roles.actors import MAX_RESTARTS, REWARD, RewardActor, RolloutActor, rollout_actor_name
+from stages.rl_roles.environment import PROGRAM
 
 
 def start_roles(cfg, model_dir) -> list:
@@ -39,6 +40,12 @@ def start_roles(cfg, model_dir) -> list:
     actors.append(reward_cls.options(name=REWARD).remote(
         str(model_dir), s.reward_model_from if s.reward_model_weight > 0 else None, cfg.seed,
         cfg.data.max_operand, cfg.data.heldout_fraction, faults.kill_reward_actor_at_step, cfg.repro))
+    if cfg.rl.env.task == PROGRAM:
+        from stages.rl_roles.environment import ENVIRONMENT, EnvironmentActor
+        environment_cls = ray.remote(**options)(EnvironmentActor)
+        actors.append(environment_cls.options(name=ENVIRONMENT).remote(
+            str(model_dir), cfg.run.dir, cfg.seed, cfg.data.max_operand, cfg.data.heldout_fraction,
+            cfg.rl.env, faults))
     return actors
 
 
@@ -63,7 +70,8 @@ def run_with_roles(cfg, model_dir, launch_once, note):
     try:
         actors = start_roles(cfg, model_dir)
         note(f"RL roles on Ray at {handle.address} ({'started with the stage' if handle.started_here else 'existing cluster'}): "
-             f"{cfg.rl.rollout.actors} rollout actor(s) + {cfg.rl.rollout.spares} warm spare(s), 1 reward actor")
+             f"{cfg.rl.rollout.actors} rollout actor(s) + {cfg.rl.rollout.spares} warm spare(s), 1 reward actor"
+             + (", 1 environment actor (sandboxed programs)" if cfg.rl.env.task == PROGRAM else ""))
         attempt, current, died = 0, cfg, {}
         while True:
             started = time.perf_counter()

@@ -15,7 +15,9 @@ from pathlib import Path
 from ckpt import journal
 from core.errors import BatonError
 from stages.rl_roles.engine import RolloutRequest
+from stages.rl_roles.env_records import apply_environment, step_alert
 from stages.rl_roles.groups import Group, group_from, groups_of
+from stages.rl_roles.environment import PROGRAM
 from stages.sampling import TRAIN_STREAM, seeded_generator
 
 
@@ -54,7 +56,7 @@ class StepSource:
                 raise BatonError("the RL trainer was started without its roles (no Ray address "
                                  "from the launcher); run RL through `baton stage rl` or `baton run`")
             self.client = RoleClient(ray, self.cfg.rl.rollout.actors, self.cfg.rl.rollout.spares,
-                                     self.cfg.rl.role_retries)
+                                     self.cfg.rl.role_retries, self.cfg.rl.env.task == PROGRAM)
         return self.client
 
     def journaled(self, step: int) -> Path | None:
@@ -83,7 +85,8 @@ class StepSource:
         client.sync_weights(step, state, events)
         requests = [RolloutRequest(step, index, self.prompt_ids_of(index),
                                    sample_seeds(self.cfg.seed, step, index, s.group_size),
-                                   step, s.max_new_tokens, s.temperature) for index in indices]
+                                   step, s.max_new_tokens, s.temperature, self.cfg.rl.batch_invariant)
+                    for index in indices]
         results = client.rollouts(requests, events)
         groups = [group_from(results[r.prompt_index], r, {"checker": None, "rm": None}, self.stop_ids)
                   for r in requests]
@@ -91,4 +94,9 @@ class StepSource:
                                        for g in groups], events)
         for g in groups:
             g.checker, g.rm = scores[g.prompt_index]["checker"], scores[g.prompt_index]["rm"]
+        if self.cfg.rl.env.task == PROGRAM:  # the checker's part comes from running the programs
+            ran = client.run_programs(step, [(g.prompt_index, g.tokens, g.mask) for g in groups], events)
+            for g in groups:
+                apply_environment(g, ran[g.prompt_index], step, events)
+            step_alert(groups, step, self.cfg.rl.env.alert_rate, events)
         return groups

@@ -84,6 +84,8 @@ def invocations(p: dict) -> list[list[str]]:
         ["lineage", "study", HUGE, store],
         ["run", "selection@pipeline.handoffs.sft_rl.selection=study", run],
         ["run", "selection@pipeline.handoffs.sft_rl.selection=study", store],
+        ["stage", "rl", "rl.correction=bogus", run], ["stage", "rl", "rl.correction_cap=0.5", run],
+        ["run", "rl.correction_cap=nan", run], ["stage", "rl", "rl.batch_invariant=maybe", run],
     ]
 
 

@@ -2,7 +2,8 @@
 killed, the trainer SIGKILLed, and two rollout actors instead of one all end in a final
 policy bit-identical to an uninterrupted run; the journal holds every prompt of every
 step exactly once; `baton rl replay` reproduces a later checkpoint; a damaged journal is
-refused by replay and by `baton ckpt verify`.
+refused by replay and by `baton ckpt verify`. Every step reports the rollout/trainer
+log-prob mismatch (non-zero by default), and `rl.batch_invariant=true` makes it zero.
 
 One Ray instance serves the module (`rl.ray.address`, started here on loopback); one
 short SFT + RM run feeds every RL run.
@@ -10,6 +11,7 @@ short SFT + RM run feeds every RL run.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections import Counter
 
@@ -195,3 +197,104 @@ def test_an_unreachable_ray_address_is_refused_naming_it(tmp_path):
     assert refused.returncode == 2, refused.stdout[-2000:] + refused.stderr[-2000:]
     assert "rl.ray.address='127.0.0.1:9'" in refused.stderr and "Traceback" not in refused.stderr
     assert not (tmp_path / "rl" / "checkpoints").exists()
+
+
+MISMATCH = ("logp_diff_mean", "logp_diff_max", "token_mult_prob_error", "rollout_trainer_kl")
+
+
+def step_records(run_dir) -> dict[int, dict]:
+    lines = (run_dir / "rl" / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r for r in map(json.loads, lines) if "logp_diff_max" in r}
+
+
+def journaled_logprobs(run_dir, step: int):
+    from ckpt import journal
+
+    records, tensors = journal.read_segment(run_dir / "rl" / "journal", step)  # verified
+    return records, tensors["rollout_logp"], tensors["trainer_logp"], tensors["mask"] > 0
+
+
+@pytest.mark.slow
+def test_every_step_reports_the_rollout_trainer_mismatch_and_it_is_not_zero(straight):
+    """The default (batched) path: the engine's log-probs come from its sampling forwards,
+    the trainer's from one forward per group, and they differ in the last bits."""
+    steps = step_records(straight)
+    assert sorted(steps) == list(range(1, N + 1))
+    for step, record in steps.items():
+        journaled, rollout, trainer, keep = journaled_logprobs(straight, step)
+        gap = (trainer.double() - rollout.double())[keep].abs()
+        # The metric is what the journal's own tensors say, and the journal says the same.
+        assert record["logp_diff_max"] == gap.max().item() == journaled["mismatch"]["logp_diff_max"]
+        assert record["logp_diff_mean"] == pytest.approx(gap.mean().item(), rel=1e-9)
+        assert record["token_mult_prob_error"] == pytest.approx(math.exp(record["logp_diff_mean"]))
+        for key in MISMATCH:
+            assert journaled["mismatch"][key] == pytest.approx(record[key], rel=1e-9), key
+        assert journaled["mismatch"]["batch_invariant"] is False
+    assert max(r["logp_diff_max"] for r in steps.values()) > 0.0, "no mismatch to measure"
+    shown = run_baton("rl", "journal", "show", str(straight), check=True).stdout
+    assert "max|Δlogp|" in shown
+
+
+@pytest.mark.slow
+def test_batch_invariant_mode_makes_rollout_and_trainer_logprobs_bitwise_equal(trained, ray_address,
+                                                                               tmp_path):
+    """With mis at cap 1 on top: a ratio of exactly 1 everywhere, so the correction masks
+    nothing (a ratio above 1 anywhere would be a token it drops)."""
+    import torch
+
+    _rl(tmp_path, trained, ray_address, "rl.batch_invariant=true", "rl.correction=mis",
+        "rl.correction_cap=1.0")
+    steps = step_records(tmp_path)
+    assert sorted(steps) == list(range(1, N + 1))
+    for step, record in steps.items():
+        journaled, rollout, trainer, keep = journaled_logprobs(tmp_path, step)
+        assert keep.any() and torch.equal(rollout, trainer), f"step {step}: the log-probs differ"
+        assert journaled["mismatch"]["batch_invariant"] is True
+        assert journaled["mismatch"]["logp_diff_max"] == record["logp_diff_max"] == 0.0
+        assert record["token_mult_prob_error"] == 1.0 and record["rollout_trainer_kl"] == 0.0
+        assert record["correction_changed_fraction"] == 0.0
+
+
+ENV_FAULTS = ["rl.env.task=program", "rl.faults.env_crash_rate=0.1", "rl.faults.env_timeout_rate=0.05",
+              "rl.env.timeout_s=2", "rl.env.cpu_s=1", "rl.env.retries=1"]
+
+
+@pytest.mark.slow
+def test_environment_failures_are_retried_or_dropped_and_never_scored(trained, ray_address, tmp_path):
+    """Each completion runs as a program in the environment role's sandbox, 10% of the runs
+    crashing and 5% hanging (injected, seeded). The run completes; no environment failure
+    is a reward; each one was retried or its group dropped with a record; every prompt of
+    every step is accounted for; ETTR is reported."""
+    run = _rl(tmp_path, trained, ray_address, *ENV_FAULTS)
+    assert "1 environment actor (sandboxed programs)" in run.stdout + run.stderr
+    events = audit(tmp_path)  # every prompt of every step once, with its whole group
+    failed_attempts = dropped_prompts = retried = 0
+    for record in segments(tmp_path):
+        dropped = {p["prompt_index"] for p in record["prompts"] if p.get("dropped")}
+        dropped_prompts += len(dropped)
+        for s in record["samples"]:
+            tries = s["env"]
+            assert tries and [t["attempt"] for t in tries] == list(range(1, len(tries) + 1))
+            failed = [t for t in tries if t["kind"] == "env_failure"]
+            failed_attempts += len(failed)
+            retried += sum(t is not tries[-1] for t in failed)
+            assert all(t["injected"] in ("crash", "timeout") for t in failed), failed
+            if tries[-1]["kind"] == "env_failure":  # out of retries: never a reward
+                assert s["prompt_index"] in dropped and s["reward"] is None
+            elif s["prompt_index"] not in dropped:
+                assert s["reward"]["checker"] == (1.0 if tries[-1]["kind"] == "success" else 0.0)
+            if s["prompt_index"] in dropped:
+                assert s["reward"] is None and s["advantage"] is None  # not trained on
+    kinds = Counter(e["kind"] for e in events)
+    assert kinds["env_failure"] == failed_attempts > 0 and retried > 0
+    assert kinds["drop"] == dropped_prompts > 0, "no group ran out of retries: nothing was tested"
+    steps = step_records(tmp_path)
+    assert sum(r["env_failures"] for r in steps.values()) == failed_attempts
+    assert sum(r["groups_dropped"] for r in steps.values()) == dropped_prompts
+    alerts = [e for e in events if e["kind"] == "env_alert"]
+    assert len(alerts) == sum(r["env_failure_rate"] > 0.05 for r in steps.values()) > 0
+    shown = run_baton("rl", "journal", "show", str(tmp_path), check=True).stdout
+    assert f"environment: {failed_attempts} environment failure(s), none scored; " \
+           f"{dropped_prompts} group(s) dropped" in shown
+    ettr = float(shown.split("ETTR ")[1].split()[0])
+    assert 0 < ettr < 1

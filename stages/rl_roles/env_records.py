@@ -1,0 +1,73 @@
+"""What the environment role's results do to a step (rank 0, stages.rl_roles.source), and
+the numbers the trainer reports from them.
+
+A group the role dropped keeps its tokens in the journal, with no reward (NaN checker)
+and a `dropped` record naming the kind and count; the trainer leaves it out of the
+update. Every environment failure becomes an `env_failure` event, every dropped group
+a `drop` event, and a step whose environment failure rate exceeds `rl.env.alert_rate`
+an `env_alert` event; the journal keeps each sample's every attempt.
+"""
+from __future__ import annotations
+
+import torch
+
+from stages.sandbox import ENV_FAILURE
+
+
+def apply_environment(group, result: dict, step: int, events: list) -> None:
+    group.env = result["attempts"]
+    for sample, tries in enumerate(result["attempts"]):
+        for attempt in tries:
+            if attempt["kind"] == ENV_FAILURE:
+                events.append({"kind": "env_failure", "role": "environment", "step": step,
+                               "prompt_index": group.prompt_index, "sample": sample,
+                               "attempt": attempt["attempt"], "reason": attempt["reason"],
+                               "injected": attempt["injected"], "seconds": attempt["seconds"],
+                               "retried": attempt is not tries[-1]})
+    if result["dropped"] is not None:
+        group.dropped = result["dropped"]
+        group.checker = torch.full((len(group.seeds),), float("nan"), dtype=torch.float64)
+        dropped = result["dropped"]
+        events.append({"kind": "drop", "role": "environment", "step": step,
+                       "prompt_index": group.prompt_index, "cause": dropped["kind"],
+                       "samples": dropped["samples"], "attempts": dropped["attempts"]})
+    else:
+        group.checker = torch.tensor(result["rewards"], dtype=torch.float64)
+
+
+def attempts_of(groups) -> list[dict]:
+    return [a for g in groups if g.env for tries in g.env for a in tries]
+
+
+def step_alert(groups, step: int, threshold: float, events: list) -> None:
+    attempts = attempts_of(groups)
+    failures = sum(a["kind"] == ENV_FAILURE for a in attempts)
+    rate = failures / max(len(attempts), 1)
+    if rate > threshold:
+        events.append({"kind": "env_alert", "role": "environment", "step": step, "rate": rate,
+                       "threshold": threshold, "failures": failures, "attempts": len(attempts)})
+        print(f"[rl] ALERT step {step + 1}: environment failure rate {rate:.1%} > "
+              f"{threshold:.1%} ({failures} of {len(attempts)} sandbox runs)", flush=True)
+
+
+def env_step_metrics(groups) -> dict:
+    """The step's environment numbers, for metrics.jsonl and MLflow: runs, failures, their
+    rate, dropped groups, and the seconds spent in runs that ended in an environment
+    failure (`env_seconds_lost`: what ETTR subtracts)."""
+    attempts = attempts_of(groups)
+    failed = [a for a in attempts if a["kind"] == ENV_FAILURE]
+    return {"env_runs": len(attempts), "env_failures": len(failed),
+            "env_failure_rate": len(failed) / max(len(attempts), 1),
+            "groups_dropped": sum(1 for g in groups if g.dropped),
+            "env_seconds_lost": sum(a["seconds"] for a in failed)}
+
+
+def ettr(records: list[dict]) -> float | None:
+    """Effective training time ratio of a run from its step records (metrics.jsonl):
+    1 - (seconds lost to environment failures) / (seconds of the steps). None without
+    environment numbers."""
+    steps = [r for r in records if "env_seconds_lost" in r and "seconds" in r]
+    total = sum(r["seconds"] for r in steps)
+    if not steps or total <= 0:
+        return None
+    return 1.0 - sum(r["env_seconds_lost"] for r in steps) / total
