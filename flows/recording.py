@@ -105,7 +105,7 @@ class Recording:
             self.store.record_journal_segment(stage_run.id, step, step, str(seg), checksum,
                                               len(records["samples"]))
             segments.append({"step": step, "path": str(seg), "manifest_sha256": checksum,
-                             "samples": len(records["samples"])})
+                             "samples": len(records["samples"]), "staleness": records.get("staleness")})
             for event in records["events"]:
                 role = event.get("role") or ("rollout" if event["kind"] == "weight_sync" else "trainer")
                 self.store.record_event(stage_run.id, role, event["kind"], step=step, detail=event)

@@ -200,6 +200,37 @@ class MlflowLineage:
                 metrics.append(Metric(f"rl_{kind}s", float(count), now, segment["step"]))
         for i in range(0, len(metrics), 900):  # MLflow takes at most 1000 metrics per batch
             self.client.log_batch(run_id, metrics=metrics[i:i + 900])
+        self._log_staleness(run_id, segments)
+
+    def _log_staleness(self, run_id: str, segments: list[dict]) -> None:
+        """rl.max_staleness runs: the staleness histogram (samples per number of policy
+        versions behind the trainer), per step and in total, as JSON and a bar chart."""
+        total: dict[int, int] = {}
+        for segment in segments:
+            for key, count in (segment.get("staleness") or {}).items():
+                total[int(key)] = total.get(int(key), 0) + count
+        if not any(key > 0 for key in total):
+            return  # on-policy: nothing to show
+        self.client.log_dict(run_id, {"total": {str(k): total[k] for k in sorted(total)},
+                                      "per_step": {str(s["step"]): s.get("staleness") for s in segments}},
+                             "rl/staleness.json")
+        import tempfile
+
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(4.5, 3))
+        keys = sorted(total)
+        ax.bar([str(k) for k in keys], [total[k] for k in keys])
+        ax.set_xlabel("staleness (policy versions behind the trainer)")
+        ax.set_ylabel("samples")
+        fig.tight_layout()
+        with tempfile.TemporaryDirectory() as scratch:
+            path = f"{scratch}/staleness.png"
+            fig.savefig(path, dpi=110)
+            self.client.log_artifact(run_id, path, "rl")
+        plt.close(fig)
 
     def _log_model_files(self, model, checkpoint: r.Checkpoint, manifest_path) -> None:
         # Only small metadata travels: the MLmodel stub that marks the model external,

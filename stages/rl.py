@@ -5,7 +5,9 @@ actors, stages.rl_roles), scored by the reward actor (checker and/or reward mode
 the trainer normalises rewards within the group into advantages,
 and take loss = -mean(A · log π(token)) + β · KL(π‖π_ref) (k3 estimator) over the
 completion tokens up to the first newline/eos. The update is on-policy (one
-optimizer step per batch of rollouts), so the PPO ratio is 1 and needs no clipping.
+optimizer step per batch of rollouts) up to the rollout/trainer mismatch, which
+rl.correction can weight out (stages.rl_mismatch); with rl.max_staleness > 0 the
+rollouts are up to that many versions old and the correction is required.
 """
 from __future__ import annotations
 
@@ -166,7 +168,10 @@ class RlObjective(CausalLMObjective):
         record = dict(zip(METRICS, means), kl_coef=self.kl.coef)
         mismatch, self._mismatch = all_reduced(self._mismatch), torch.zeros_like(self._mismatch)
         record.update(metrics_of(mismatch, self.rl.correction))
-        if self.rl.env.task == "program":  # every rank holds the whole step's groups
+        if self.rl.max_staleness > 0:  # every rank holds the whole step's groups
+            stale = [self.step - g.policy_version for g in self.steps.groups.values()]
+            record.update(staleness_mean=sum(stale) / max(len(stale), 1), staleness_max=max(stale, default=0))
+        if self.rl.env.task == "program":
             from stages.rl_roles.env_records import env_step_metrics
             record.update(env_step_metrics(self.steps.groups.values()))
         self.steps.finish_step(self.step, self.kl.coef)  # collective

@@ -38,7 +38,7 @@ def step_summary(records: dict, tensors: dict) -> dict:
             "weight_syncs": kinds.get("weight_sync", 0),
             "role_failures": kinds.get("role_failure", 0), "retries": kinds.get("retry", 0),
             "trainer_restarts": kinds.get("trainer_restart", 0), "events": records["events"],
-            "mismatch": records.get("mismatch")}
+            "mismatch": records.get("mismatch"), "staleness": records.get("staleness")}
 
 
 def sample_detail(records: dict, tensors: dict, index: int) -> dict:

@@ -21,7 +21,7 @@ from ckpt import journal
 from ckpt.layout import stage_dir
 from core.errors import BatonError
 from stages.rl_roles.cluster import ENV_ATTEMPT, ENV_DIED_AT
-from stages.rl_roles.groups import segment_of, trained_of
+from stages.rl_roles.groups import segment_of, staleness_counts, trained_of
 from stages.rl_roles.source import StepSource
 from stages.rl_mismatch import merged, metrics_of, mismatch_sums
 
@@ -111,7 +111,7 @@ class RlSteps:
         if self.attempt > 0 and self.resumed_after_s is None and os.environ.get(ENV_DIED_AT):
             # Trainer death -> relaunch, resume, catch-up done: the first new step starts now.
             self.resumed_after_s = round(time.time() - float(os.environ[ENV_DIED_AT]), 3)
-        return self.source.from_roles(step, expected, lambda: policy_state(module), self.events)
+        return self.source.from_roles(step, self.step_indices, lambda: policy_state(module), self.events)
 
     def record_trained(self, prompt_index: int, trained: dict) -> None:
         self.trained[prompt_index] = trained
@@ -150,6 +150,7 @@ class RlSteps:
                                       (s.reward_checker_weight, s.reward_model_weight))
         records["trainer"] = {"attempt": self.attempt, "world_size": self.world}
         records["mismatch"] = step_mismatch(order, trained, self.cfg.rl)
+        records["staleness"] = staleness_counts(step, order)
         journal.write_segment(self.root, step + 1, records, tensors)
 
     def _check_reapplied(self, step: int, trained: dict) -> None:

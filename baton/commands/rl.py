@@ -59,6 +59,7 @@ def _show(args) -> int:
                   f"{_max_diff(s['mismatch']):>10}")
         _print_recovery(view["recovery"])
         _print_environment(view)
+        _print_staleness(view["steps"])
     elif args.sample is None:
         print(f"step {view['step']}: {view['prompts']} prompts, {view['samples']} samples, "
               f"policy version {view['policy_version']}, kl_coef {view['kl_coef']}")
@@ -103,6 +104,17 @@ def _print_environment(view: dict) -> None:
         print(f"environment: {failures} environment failure(s), none scored; {dropped} group(s) "
               f"dropped; {alerts} alert(s); ETTR {ettr} (1 - seconds lost to environment "
               "failures / seconds of the steps)")
+
+
+def _print_staleness(steps: list[dict]) -> None:
+    """rl.max_staleness runs: how many policy versions behind the trainer the samples were."""
+    total: dict[int, int] = {}
+    for s in steps:
+        for key, count in (s.get("staleness") or {}).items():
+            total[int(key)] = total.get(int(key), 0) + count
+    if any(key > 0 for key in total):
+        shown = ", ".join(f"{k}: {total[k]}" for k in sorted(total))
+        print(f"staleness (policy versions behind the trainer, samples): {shown}")
 
 
 def _max_diff(mismatch: dict | None) -> str:

@@ -242,6 +242,12 @@ class RlConfig:
     mis (masked: a token whose ratio exceeds the cap gets weight 0, the others their ratio)."""
     correction_cap: float = 2.0
     """The cap C of tis and mis (>= 1)."""
+    max_staleness: int = 0
+    """Asynchronous RL: a step's rollouts are requested up to this many policy versions
+    ahead, so the rollout actors generate while the trainer updates; each sample keeps the
+    version that generated it, and the correction (tis or mis, required) weights it by
+    π_trainer/π_behaviour. 0: on-policy. Reproducible by `baton rl replay` from the
+    journal, not by a re-run (docs/rl_async.md)."""
     batch_invariant: bool = False
     """Rollout engine and trainer compute the log-probs through one path, a forward of each
     whole sequence alone (batch of one, no padding), so they are bitwise equal; the engine

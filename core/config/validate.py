@@ -171,6 +171,12 @@ def _rl_role_problems(rl) -> list[str]:
     if rl.correction not in CORRECTIONS:
         found.append(f"rl.correction={rl.correction!r}: expected one of {', '.join(CORRECTIONS)} "
                      "(none, truncated or masked importance sampling)")
+    if rl.max_staleness < 0:
+        found.append(f"rl.max_staleness={rl.max_staleness}: expected >= 0 (0: on-policy)")
+    elif rl.max_staleness > 0 and rl.correction == "none":
+        found.append(f"rl.max_staleness={rl.max_staleness} with rl.correction='none': samples up to "
+                     f"{rl.max_staleness} policy versions old are off-policy; set rl.correction=tis "
+                     "(or mis) so each is weighted by π_trainer/π_behaviour")
     if not rl.correction_cap >= 1:  # also NaN
         found.append(f"rl.correction_cap={rl.correction_cap}: expected >= 1 (the largest "
                      "importance weight π_trainer/π_rollout a token keeps)")

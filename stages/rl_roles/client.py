@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -111,14 +112,20 @@ class RoleClient:
         events.append({"kind": "failover", "role": dead, "to": spare, "slot": slot})
 
     # -- requests ------------------------------------------------------------------------
-    def rollouts(self, requests: list[RolloutRequest], events: list) -> dict:
-        """prompt index -> RolloutResult; prompt j of the step goes to slot j mod n."""
+    def submit_rollouts(self, requests: list[RolloutRequest]) -> list:
+        """Send a step's requests (prompt j to slot j mod n); `collect_rollouts` waits for
+        them, now or, with rl.max_staleness, some steps later. An actor runs its calls in
+        the order they were sent, so each request meets the weights synced before it."""
         pending = []
         for j, request in enumerate(requests):
             slot = j % len(self.slots)
             name = self.slots[slot]
             pending.append((slot, name, self.synced.get(name), request,
                             self.actors[name].generate.remote(request)))
+        return pending
+
+    def collect_rollouts(self, pending: list, events: list) -> dict:
+        """prompt index -> RolloutResult of requests sent by `submit_rollouts`."""
         return {request.prompt_index: self._generate(slot, name, sent_to, request, ref, events)
                 for slot, name, sent_to, request, ref in pending}
 
@@ -145,6 +152,12 @@ class RoleClient:
                 self._fail_over(slot, name, sent_to, events)
                 name = self._serving(slot, events)
                 sent_to = self.synced.get(name)
+                if request.policy_version != self.version:
+                    # A stale request (rl.max_staleness): its version's weights are gone, so
+                    # it is generated again from the current ones, and says so.
+                    events.append({"kind": "stale_reissue", "role": name, "step": request.step,
+                                   "from_version": request.policy_version, "to_version": self.version})
+                    request = replace(request, policy_version=self.version)
                 ref = self.actors[name].generate.remote(request)
                 events.append({"kind": "retry", "role": name, "step": request.step,
                                "attempt": attempt + 2, **detail})

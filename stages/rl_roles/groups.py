@@ -86,6 +86,16 @@ def segment_of(step: int, kl_coef: float, groups: list[Group], trained: dict, ev
     return records, {k: torch.cat(v) for k, v in rows.items()}
 
 
+def staleness_counts(step: int, groups: list[Group]) -> dict[str, int]:
+    """{staleness: samples} of a 0-based step, staleness = step - the policy version that
+    generated the sample (0: on-policy; rl.max_staleness bounds it)."""
+    counts: dict[str, int] = {}
+    for g in groups:
+        key = str(step - g.policy_version)
+        counts[key] = counts.get(key, 0) + len(g.seeds)
+    return dict(sorted(counts.items(), key=lambda kv: int(kv[0])))
+
+
 def _untrained(g: Group) -> dict:
     nan = float("nan")
     return {"trainer_logp": torch.full(g.tokens.shape, nan), "advantage": torch.full((len(g.seeds),), nan),

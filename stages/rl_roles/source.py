@@ -45,6 +45,8 @@ class StepSource:
         self.journal_root = journal_root
         self.stop_ids, self.prompt_ids_of = stop_ids, prompt_ids_of
         self.client = None
+        self.pending: dict[int, list] = {}
+        """step -> its rollout requests, sent ahead (rl.max_staleness), not yet collected."""
 
     def _roles(self):
         if self.client is None:
@@ -73,21 +75,33 @@ class StepSource:
         records, tensors = journal.read_segment(root, step + 1)  # checksums before parsing
         return groups_of(records, tensors), records, tensors
 
-    def from_roles(self, step: int, indices: list[int], policy_state, events: list) -> list[Group]:
+    def from_roles(self, step: int, indices_of, policy_state, events: list) -> list[Group]:
+        """`indices_of(step)`: the prompts of a step, in order (for this and later steps)."""
         from stages.rl_roles.client import global_rng_untouched
 
         state = policy_state()
         with global_rng_untouched():  # joining Ray and every call to the roles
-            return self._from_roles(step, indices, state, events)
+            return self._from_roles(step, indices_of, state, events)
 
-    def _from_roles(self, step: int, indices: list[int], state: dict, events: list) -> list[Group]:
-        client, s = self._roles(), self.stage
+    def _requests(self, step: int, indices: list[int], version: int) -> list[RolloutRequest]:
+        s = self.stage
+        return [RolloutRequest(step, index, self.prompt_ids_of(index),
+                               sample_seeds(self.cfg.seed, step, index, s.group_size),
+                               version, s.max_new_tokens, s.temperature, self.cfg.rl.batch_invariant)
+                for index in indices]
+
+    def _from_roles(self, step: int, indices_of, state: dict, events: list) -> list[Group]:
+        client = self._roles()
         client.sync_weights(step, state, events)
-        requests = [RolloutRequest(step, index, self.prompt_ids_of(index),
-                                   sample_seeds(self.cfg.seed, step, index, s.group_size),
-                                   step, s.max_new_tokens, s.temperature, self.cfg.rl.batch_invariant)
-                    for index in indices]
-        results = client.rollouts(requests, events)
+        # Policy version `step` is now on the actors: the requests of this step and of up to
+        # max_staleness later ones that are not out yet go with it (rollouts generate while
+        # the trainer updates); this step's were sent up to max_staleness versions ago.
+        last = min(step + self.cfg.rl.max_staleness, self.stage.max_steps - 1)
+        for ahead in range(step, max(last, step) + 1):
+            if ahead not in self.pending:
+                self.pending[ahead] = client.submit_rollouts(self._requests(ahead, indices_of(ahead), step))
+        requests = [request for _, _, _, request, _ in self.pending[step]]
+        results = client.collect_rollouts(self.pending.pop(step), events)
         groups = [group_from(results[r.prompt_index], r, {"checker": None, "rm": None}, self.stop_ids)
                   for r in requests]
         scores = client.rewards(step, [(g.prompt_index, g.prompt_ids, g.tokens, g.mask)

@@ -86,6 +86,9 @@ def invocations(p: dict) -> list[list[str]]:
         ["run", "selection@pipeline.handoffs.sft_rl.selection=study", store],
         ["stage", "rl", "rl.correction=bogus", run], ["stage", "rl", "rl.correction_cap=0.5", run],
         ["run", "rl.correction_cap=nan", run], ["stage", "rl", "rl.batch_invariant=maybe", run],
+        ["stage", "rl", "rl.max_staleness=2", run], ["stage", "rl", "rl.max_staleness=-1", run],
+        ["stage", "rl", "rl.env.task=shell", run], ["stage", "rl", "rl.faults.env_crash_rate=0.5", run],
+        ["stage", "rl", "rl.env.task=program", "rl.env.timeout_s=1", run],
     ]
 
 

@@ -298,3 +298,26 @@ def test_environment_failures_are_retried_or_dropped_and_never_scored(trained, r
            f"{dropped_prompts} group(s) dropped" in shown
     ettr = float(shown.split("ETTR ")[1].split()[0])
     assert 0 < ettr < 1
+
+
+@pytest.mark.slow
+def test_an_async_run_keeps_its_staleness_bound_and_replays_bit_for_bit(trained, ray_address, tmp_path):
+    """rl.max_staleness=2: step s trains on rollouts requested at policy version max(0, s-2),
+    each sample carrying its version; the journal and metrics hold the staleness, and
+    `baton rl replay` reproduces the later checkpoint from the journal."""
+    _rl(tmp_path, trained, ray_address, "rl.max_staleness=2", "rl.correction=tis")
+    total = Counter()
+    for record in segments(tmp_path):
+        step = record["step"] - 1
+        stale = Counter(step - s["policy_version"] for s in record["samples"])
+        assert set(stale) == {min(step, 2)}, (record["step"], stale)  # the bound, and no less
+        assert record["staleness"] == {str(k): v for k, v in stale.items()}
+        total.update(stale)
+    assert total == {0: 16, 1: 16, 2: 16 * (N - 2)}
+    steps = step_records(tmp_path)
+    assert [steps[s]["staleness_max"] for s in sorted(steps)] == [0, 1] + [2] * (N - 2)
+    assert any(r["correction_changed_fraction"] >= 0 for r in steps.values())
+    replay = run_baton("rl", "replay", str(_ckpt(tmp_path, "rl", K)), f"--to-step={N}")
+    assert replay.returncode == 0 and "REPLAYED bit for bit" in replay.stdout, replay.stdout[-3000:]
+    shown = run_baton("rl", "journal", "show", str(tmp_path), check=True).stdout
+    assert f"staleness (policy versions behind the trainer, samples): 0: 16, 1: 16, 2: {16 * (N - 2)}" in shown

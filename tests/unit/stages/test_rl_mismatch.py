@@ -92,3 +92,7 @@ def test_bad_correction_settings_are_refused_before_anything_runs():
     text = str(refused.value)
     assert "rl.correction='clip': expected one of none, tis, mis" in text
     assert "rl.correction_cap=0.5: expected >= 1" in text
+    with pytest.raises(ConfigError) as stale:
+        compose(["stage=rl", "rl.max_staleness=2"])
+    assert "rl.max_staleness=2 with rl.correction='none'" in str(stale.value)
+    assert compose(["stage=rl", "rl.max_staleness=2", "rl.correction=tis"]).rl.max_staleness == 2
