@@ -31,6 +31,8 @@ LIMITS = Limits(timeout_s=4.0, cpu_s=1, memory_mb=256)
     ("__import__('socket').socket().connect(('127.0.0.1', 5432))", POLICY_FAILURE, "denied: sandbox: socket."),
     ("__import__('subprocess').run(['true'])", POLICY_FAILURE, "denied: sandbox: subprocess.Popen"),
     ("__import__('os').fork()", POLICY_FAILURE, "denied: sandbox: os.fork"),
+    ("import os\nwhile True: os.fork()", POLICY_FAILURE, "denied: sandbox: os.fork"),  # a fork bomb
+    ("__import__('multiprocessing').Process(target=print).start()", POLICY_FAILURE, "denied: sandbox: os.fork"),
     ("__import__('ctypes').CDLL(None)", POLICY_FAILURE, "denied: sandbox: ctypes."),
     ("len(bytearray(10**10))", POLICY_FAILURE, "raised MemoryError"),
     ("while True: pass", POLICY_FAILURE, "used its 1 s of CPU"),
