@@ -18,7 +18,9 @@ from stages.frozen import checkpoint_identity, frozen_model, same_frozen_model
 from stages.kl_controller import build_kl_controller
 from stages.objective import CausalLMObjective
 from stages.rl_logprobs import logprobs_of, token_logprobs
-from stages.rl_mismatch import all_reduced, importance_weights, merged, metrics_of, mismatch_sums
+from stages.rl_mismatch import (all_reduced, importance_weights, journal_record, merged, metrics_of,
+                                mismatch_sums, no_mismatch)
+from stages.rl_roles.environment import PROGRAM
 from stages.sampling import EVAL_STREAM, decode_rows, generate, greedy_accuracy, seeded_generator
 from stages.tasks import HELDOUT, TRAIN, check_answer
 
@@ -73,7 +75,7 @@ class RlObjective(CausalLMObjective):
         self.model_dir = None
         self.step = 0
         self._sums = torch.zeros(len(METRICS) + 1, dtype=torch.float64)
-        self._mismatch = mismatch_sums(torch.zeros(0), torch.zeros(0), torch.zeros(0))
+        self._mismatch = no_mismatch()
         self.rl = None  # cfg.rl: correction and batch invariance, bound with the run config
         self.steps = None  # stages.rl_steps.RlSteps, bound by the worker (needs the run config)
 
@@ -166,15 +168,15 @@ class RlObjective(CausalLMObjective):
             dist.all_reduce(sums)
         means = (sums[:-1] / sums[-1].clamp(min=1.0)).tolist()
         record = dict(zip(METRICS, means), kl_coef=self.kl.coef)
-        mismatch, self._mismatch = all_reduced(self._mismatch), torch.zeros_like(self._mismatch)
+        mismatch, self._mismatch = all_reduced(self._mismatch), no_mismatch()
         record.update(metrics_of(mismatch, self.rl.correction))
         if self.rl.max_staleness > 0:  # every rank holds the whole step's groups
             stale = [self.step - g.policy_version for g in self.steps.groups.values()]
             record.update(staleness_mean=sum(stale) / max(len(stale), 1), staleness_max=max(stale, default=0))
-        if self.rl.env.task == "program":
+        if self.rl.env.task == PROGRAM:
             from stages.rl_roles.env_records import env_step_metrics
             record.update(env_step_metrics(self.steps.groups.values()))
-        self.steps.finish_step(self.step, self.kl.coef)  # collective
+        self.steps.finish_step(self.step, self.kl.coef, journal_record(mismatch, self.rl))  # collective
         self.kl.update(record["kl"])
         return record
 

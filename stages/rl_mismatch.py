@@ -26,13 +26,18 @@ CHANGED = "correction_changed_fraction"
 TOKENS, ABS_SUM, KL_SUM, CHANGED_SUM, ABS_MAX = range(5)
 
 
+def no_mismatch() -> torch.Tensor:
+    """The sums before any token: what a step starts from."""
+    return torch.zeros(5, dtype=torch.float64)
+
+
 def mismatch_sums(rollout_logp: torch.Tensor, trainer_logp: torch.Tensor, mask: torch.Tensor,
                   changed: torch.Tensor | None = None) -> torch.Tensor:
     """[tokens, Σ|Δ|, Σ k3, tokens the correction changed, max |Δ|] (float64) over the
     response tokens of one group; `changed`: the correction's per-token flags (G, T)."""
     keep = mask > 0
     delta = (trainer_logp.detach().double() - rollout_logp.double())[keep]
-    out = torch.zeros(5, dtype=torch.float64)
+    out = no_mismatch()
     if delta.numel():
         out[TOKENS] = delta.numel()
         out[ABS_SUM] = delta.abs().sum()
@@ -71,6 +76,14 @@ def metrics_of(sums: torch.Tensor, correction: str) -> dict:
     if correction != "none":
         record[CHANGED] = float(sums[CHANGED_SUM]) / tokens
     return record
+
+
+def journal_record(sums: torch.Tensor, rl) -> dict:
+    """The step's mismatch as its journal segment keeps it: the metrics, the tokens they
+    cover, and how the log-probs were computed and corrected."""
+    return {**metrics_of(sums, rl.correction), "tokens": int(sums[TOKENS]),
+            "batch_invariant": rl.batch_invariant, "correction": rl.correction,
+            "correction_cap": rl.correction_cap}
 
 
 def importance_weights(logp: torch.Tensor, rollout_logp: torch.Tensor, correction: str,

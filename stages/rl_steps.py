@@ -23,7 +23,6 @@ from core.errors import BatonError
 from stages.rl_roles.cluster import ENV_ATTEMPT, ENV_DIED_AT
 from stages.rl_roles.groups import segment_of, staleness_counts, trained_of
 from stages.rl_roles.source import StepSource
-from stages.rl_mismatch import merged, metrics_of, mismatch_sums
 
 JOURNAL_DIR = "journal"
 CURSOR = "cursor"
@@ -123,7 +122,9 @@ class RlSteps:
             os.kill(os.getpid(), signal.SIGKILL)
 
     # -- after the update ----------------------------------------------------------------
-    def finish_step(self, step: int, kl_coef: float) -> None:
+    def finish_step(self, step: int, kl_coef: float, mismatch: dict) -> None:
+        """`mismatch`: the step's rollout/trainer mismatch over every rank, as the journal
+        keeps it (stages.rl_mismatch.journal_record)."""
         gathered = [None] * self.world if self.rank == 0 else None
         if dist.is_initialized() and self.world > 1:
             dist.gather_object(self.trained, gathered, dst=0)
@@ -134,10 +135,10 @@ class RlSteps:
             if self.journaled is not None:
                 self._check_reapplied(step + 1, merged)
             else:
-                self._commit(step, kl_coef, merged)
+                self._commit(step, kl_coef, merged, mismatch)
         self.cursor, self.ready_step = step + 1, None
 
-    def _commit(self, step: int, kl_coef: float, trained: dict) -> None:
+    def _commit(self, step: int, kl_coef: float, trained: dict, mismatch: dict) -> None:
         events = list(self.events)
         if self.attempt > 0 and not self.restart_reported:
             events.insert(0, {"kind": "trainer_restart", "role": "trainer", "attempt": self.attempt,
@@ -149,7 +150,7 @@ class RlSteps:
         records, tensors = segment_of(step + 1, kl_coef, order, trained, events,
                                       (s.reward_checker_weight, s.reward_model_weight))
         records["trainer"] = {"attempt": self.attempt, "world_size": self.world}
-        records["mismatch"] = step_mismatch(order, trained, self.cfg.rl)
+        records["mismatch"] = mismatch
         records["staleness"] = staleness_counts(step, order)
         journal.write_segment(self.root, step + 1, records, tensors)
 
@@ -171,17 +172,6 @@ class RlSteps:
 
     def load_journal_state(self, state: dict | None) -> None:
         self.cursor = int(state[CURSOR]) if state else 0
-
-
-def step_mismatch(groups: list, trained: dict, rl) -> dict:
-    """The step's rollout/trainer mismatch (stages.rl_mismatch) from what the journal holds:
-    each group's engine log-probs beside the trainer's, and how they were computed."""
-    sums = mismatch_sums(torch.zeros(0), torch.zeros(0), torch.zeros(0))
-    for g in groups:
-        if g.prompt_index in trained:  # not a group the environment role dropped
-            sums = merged(sums, mismatch_sums(g.rollout_logp, trained[g.prompt_index]["trainer_logp"], g.mask))
-    return {**metrics_of(sums, "none"), "tokens": int(sums[0]), "batch_invariant": rl.batch_invariant,
-            "correction": rl.correction, "correction_cap": rl.correction_cap}
 
 
 def verify_checkpoint_journal(path, manifest) -> tuple[list[int], str]:

@@ -108,12 +108,11 @@ def _print_environment(view: dict) -> None:
 
 def _print_staleness(steps: list[dict]) -> None:
     """rl.max_staleness runs: how many policy versions behind the trainer the samples were."""
-    total: dict[int, int] = {}
-    for s in steps:
-        for key, count in (s.get("staleness") or {}).items():
-            total[int(key)] = total.get(int(key), 0) + count
+    from stages.rl_roles.groups import staleness_total
+
+    total = staleness_total([s.get("staleness") for s in steps])
     if any(key > 0 for key in total):
-        shown = ", ".join(f"{k}: {total[k]}" for k in sorted(total))
+        shown = ", ".join(f"{k}: {n}" for k, n in total.items())
         print(f"staleness (policy versions behind the trainer, samples): {shown}")
 
 

@@ -24,10 +24,10 @@ def apply_environment(group, result: dict, step: int, events: list) -> None:
                                "attempt": attempt["attempt"], "reason": attempt["reason"],
                                "injected": attempt["injected"], "seconds": attempt["seconds"],
                                "retried": attempt is not tries[-1]})
-    if result["dropped"] is not None:
-        group.dropped = result["dropped"]
+    dropped = result["dropped"]
+    if dropped is not None:
+        group.dropped = dropped
         group.checker = torch.full((len(group.seeds),), float("nan"), dtype=torch.float64)
-        dropped = result["dropped"]
         events.append({"kind": "drop", "role": "environment", "step": step,
                        "prompt_index": group.prompt_index, "cause": dropped["kind"],
                        "samples": dropped["samples"], "attempts": dropped["attempts"]})
@@ -40,14 +40,13 @@ def attempts_of(groups) -> list[dict]:
 
 
 def step_alert(groups, step: int, threshold: float, events: list) -> None:
-    attempts = attempts_of(groups)
-    failures = sum(a["kind"] == ENV_FAILURE for a in attempts)
-    rate = failures / max(len(attempts), 1)
+    numbers = env_step_metrics(groups)
+    rate, failures, runs = numbers["env_failure_rate"], numbers["env_failures"], numbers["env_runs"]
     if rate > threshold:
         events.append({"kind": "env_alert", "role": "environment", "step": step, "rate": rate,
-                       "threshold": threshold, "failures": failures, "attempts": len(attempts)})
+                       "threshold": threshold, "failures": failures, "attempts": runs})
         print(f"[rl] ALERT step {step + 1}: environment failure rate {rate:.1%} > "
-              f"{threshold:.1%} ({failures} of {len(attempts)} sandbox runs)", flush=True)
+              f"{threshold:.1%} ({failures} of {runs} sandbox runs)", flush=True)
 
 
 def env_step_metrics(groups) -> dict:

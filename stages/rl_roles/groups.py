@@ -96,6 +96,15 @@ def staleness_counts(step: int, groups: list[Group]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: int(kv[0])))
 
 
+def staleness_total(per_step: list[dict | None]) -> dict[int, int]:
+    """The run's {staleness: samples} from each step's `staleness_counts` (None: not recorded)."""
+    total: dict[int, int] = {}
+    for counts in per_step:
+        for key, count in (counts or {}).items():
+            total[int(key)] = total.get(int(key), 0) + count
+    return dict(sorted(total.items()))
+
+
 def _untrained(g: Group) -> dict:
     nan = float("nan")
     return {"trainer_logp": torch.full(g.tokens.shape, nan), "advantage": torch.full((len(g.seeds),), nan),
