@@ -75,6 +75,16 @@ class SaveOptions:
                       if getattr(ckpt, name, None) is not None})
 
 
+@dataclass
+class Destination:
+    """Where one save is committed, when not the run directory (ckpt.tiers)."""
+
+    root: Path
+    keep: int
+    after_commit: object = None
+    """Rank 0: callable(final) -> {tier: outcome}, run once the save is committed."""
+
+
 class Checkpointer:
     def __init__(self, engine, root: Path, stage: str, parallel: dict, keep_last: int,
                  crash_in_save_at_step: int = -1, fail_write_at_step: int = -1,
@@ -103,9 +113,10 @@ class Checkpointer:
         self.background = (BackgroundSaver(self.runner, self.pool.release, self._record)
                            if self.asynchronous else None)
 
-    def save(self, step: int, payload: SavePayload) -> Path:
+    def save(self, step: int, payload: SavePayload, to: Destination | None = None) -> Path:
         """Collective: every rank calls it. Returns the checkpoint's final directory: already
-        committed (sync), or committed in the background (async; `drain` waits for it)."""
+        committed (sync), or committed in the background (async; `drain` waits for it).
+        `to`: another checkpoints directory (a memory tier) and what follows the commit."""
         started = time.perf_counter()
         self.raise_if_failed()
         if self.background is None and self.asynchronous:
@@ -118,7 +129,8 @@ class Checkpointer:
             slot = self.pool.acquire()  # waits while max_in_flight saves are still writing
             slot_wait = time.perf_counter() - started
         name = step_dirname(step, payload.progress["micro_in_window"])
-        tmp = commit_io.tmp_dir(self.root, name)
+        root = to.root if to is not None else self.root
+        tmp = commit_io.tmp_dir(root, name)
         try:
             job = self._capture(step, name, tmp, payload, slot)
         except BaseException:
@@ -126,6 +138,8 @@ class Checkpointer:
                 self.pool.release(slot)
             raise
         job.started, job.slot_wait_s = started, slot_wait
+        if to is not None:
+            job.keep, job.after_commit = to.keep, to.after_commit
         job.stall_s = time.perf_counter() - started
         if self.background is not None:
             self.background.submit(job)
@@ -138,18 +152,19 @@ class Checkpointer:
         if name in self._in_flight_names():
             self.drain()  # the same position again (a preemption right after a save): let
             # that save finish first, then this one replaces it (ckpt.commit.commit)
+        root = tmp.parent
         if self.rank == 0:
-            self.root.mkdir(parents=True, exist_ok=True)
+            root.mkdir(parents=True, exist_ok=True)
             if not self._in_flight_names():
                 # Rank 0's launcher holds the stage lock, and no save of ours is in flight:
                 # every leftover is a dead save's. (With saves in flight, their commits may
                 # be renaming right now; the next idle save cleans up.)
-                commit_io.clear_stale_tmp(self.root, name)
-                for leftover in remove_leftovers(self.root):
+                commit_io.clear_stale_tmp(root, name)
+                for leftover in remove_leftovers(root):
                     log.warning("removed %s: %s", leftover.path, leftover.why)
         dist.barrier()
         self.io.begin_save(tmp, slot)
-        self.engine.save_checkpoint(str(self.root), tag=tmp.name, save_latest=False)
+        self.engine.save_checkpoint(str(root), tag=tmp.name, save_latest=False)
         self.io.save_json(tmp / rng_file(self.rank), payload.rng)
         if payload.grad_buffers is not None:
             self.io.save_bytes(tmp / grad_file(self.rank), payload.grad_buffers)
@@ -173,7 +188,7 @@ class Checkpointer:
     def _record(self, job: SaveJob, final: Path, durable_s: float) -> None:
         self.stats.append({"step": job.step, "path": str(final), "stall_s": job.stall_s,
                            "slot_wait_s": job.slot_wait_s, "durable_s": durable_s,
-                           "bytes": job.bytes})
+                           "bytes": job.bytes, "tiers": job.placement})
 
     def take_committed(self) -> list[dict]:
         """Stats of the saves committed since the last call (for progress lines)."""

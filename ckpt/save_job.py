@@ -68,6 +68,11 @@ class SaveJob:
     build_manifest: object
     """Rank 0: callable(entries: dict[rel, entry]) -> Manifest."""
     slot: Slot | None = None
+    keep: int | None = None
+    """Retention in this job's checkpoints directory (None: the runner's keep_last)."""
+    after_commit: object = None
+    """Rank 0, once committed: callable(final) -> {tier: outcome} (ckpt.tiers.replicate)."""
+    placement: dict = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
     stall_s: float = 0.0
     slot_wait_s: float = 0.0
@@ -119,7 +124,11 @@ class SaveRunner:
         result = outcome[0]
         if "failure" in result:
             raise self._write_failed(job, result["failure"])
-        return Path(result["final"])
+        final = Path(result["final"])
+        if self.rank == 0 and job.after_commit is not None:
+            # Copies to other tiers: each one's failure is recorded there, never this save's.
+            job.placement = job.after_commit(final)
+        return final
 
     def _write_all(self, job: SaveJob) -> dict[str, dict]:
         if job.slot is not None:
@@ -161,7 +170,8 @@ class SaveRunner:
             # Renamed with its manifest: committed. Only moving `latest` failed.
             log.warning("committed %s but could not point `latest` at it: %s", final, exc)
         try:
-            removed = commit_io.apply_retention(self.root, self.keep_last)
+            removed = commit_io.apply_retention(
+                job.tmp.parent, self.keep_last if job.keep is None else job.keep)
             if removed:
                 log.info("retention removed %s", ", ".join(p.name for p in removed))
         except OSError as exc:  # old checkpoints stay; the next save retries
@@ -175,5 +185,5 @@ class SaveRunner:
         if failure["filename"]:
             name = Path(failure["filename"])
             file = name.relative_to(job.tmp).as_posix() if name.is_relative_to(job.tmp) else str(name)
-        latest = read_latest(self.root)
+        latest = read_latest(job.tmp.parent)
         return CheckpointWriteFailed(job.tmp, job.step, exc, latest.name if latest else None, file)

@@ -27,6 +27,11 @@ def prepare_stage(cfg, name: str, locks: contextlib.ExitStack | None = None):
     check_stage_inputs(cfg)  # a bad model.path or init_from is refused before any worker
     if locks is not None:  # before the first write (the built-in model, launch.json)
         locks.enter_context(stage_lock(stage_dir(cfg.run.dir, name)))
+    if cfg.resume == "latest":
+        from ckpt.tiers.plan import TierPlan
+        if TierPlan.from_config(cfg).enabled:  # the newest verified copy in any tier
+            from stages.tier_restore import restore_latest
+            cfg.resume = restore_latest(cfg) or "latest"
     s = cfg.stage
     if s.init_from and (s.init_optimizer or s.init_scheduler or s.init_rng):
         from ckpt.carry import check_carry_layout
@@ -43,3 +48,4 @@ def prepare_stage(cfg, name: str, locks: contextlib.ExitStack | None = None):
         identity = model_identity_from_dir(model_dir, objective_class(name).model_class)
         check_resumable(target, name, parallel, identity)
     return model_dir
+

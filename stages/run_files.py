@@ -63,12 +63,14 @@ class RunFiles:
                 "argv": sys.argv, "environment": self.fingerprint}
 
     def result(self, status: str, progress, saved: list[dict], seconds: float,
-               init_from: dict | None = None) -> None:
-        """`init_from`: the new/dropped parameters reported when stage.init_from was loaded."""
+               init_from: dict | None = None, tier_checkpoints: list | None = None) -> None:
+        """`init_from`: the new/dropped parameters reported when stage.init_from was loaded.
+        `tier_checkpoints`: saves kept only in the memory/peer tiers (ckpt.tiers)."""
         if not self.writer:
             return
         payload = {"status": status, "progress": progress.state_dict(), "checkpoints": saved,
-                   "seconds": round(seconds, 2), "init_from": init_from}
+                   "seconds": round(seconds, 2), "init_from": init_from,
+                   "tier_checkpoints": tier_checkpoints or []}
         tmp = self.directory / (RESULT + ".tmp")
         tmp.write_text(json.dumps(payload, indent=1))
         tmp.replace(self.directory / RESULT)

@@ -22,8 +22,8 @@ from core.repro import apply_in_process
 from core.errors import BatonError
 from ckpt import safe_load, signing
 from ckpt.checkpointer import Checkpointer, SaveOptions, SavePayload, load_complete
-from ckpt.layout import resolve_resume
-from ckpt.layout import checkpoints_dir, stage_dir
+from ckpt.layout import checkpoints_dir, resolve_resume, stage_dir
+from ckpt.tiers.plan import PERSISTENT
 from ckpt.parallel_layout import Layout
 from ckpt.state import RngState, TrainingProgress, derived_seed, seed_everything
 from stages import grad_accum, run_files
@@ -33,6 +33,7 @@ from stages.model import ensure_model_dir, model_identity
 from stages.registry import objective_class
 from stages.sampler import GlobalSampler
 from stages.tasks import TRAIN, ArithmeticTasks
+from stages.tier_saves import TierSaves
 from stages.worker_output import report_error
 
 log = logging.getLogger("baton.worker")
@@ -91,6 +92,7 @@ class StageWorker:
                                  self.cfg.debug.crash_in_save_at_step,
                                  self.cfg.debug.fail_write_at_step,
                                  SaveOptions.from_config(self.cfg.ckpt))
+        self.tier_saves = TierSaves(self.cfg)
         self.preemption = Preemption()
         self.window = grad_accum.Window()
         self.saved: list[dict] = []
@@ -160,8 +162,9 @@ class StageWorker:
         if p.step % s.eval_every == 0 or p.step == s.max_steps:
             record.update(self.objective.evaluate(self.engine.module))
         self.files.step(record, s.name, s.max_steps)
-        if p.step % s.save_every == 0 or p.step in (s.max_steps, self.last_step):
-            self.save()
+        due = self.tier_saves.due(p.step, final=p.step in (s.max_steps, self.last_step))
+        if due:
+            self.save(due=due)
 
     def debug_preempt(self) -> bool:
         """Fault injection: rank 0 signals the launcher (which forwards SIGTERM to every
@@ -172,24 +175,29 @@ class StageWorker:
         return False
 
     # -- checkpoints --------------------------------------------------------------------
-    def save(self, mid_window: bool = False) -> None:
+    def save(self, mid_window: bool = False, due: list[str] | None = None) -> None:
+        """`due`: the tiers this step goes to (stages.tier_saves); None: a final or
+        preemption save, which always reaches the run directory."""
+        due = due or self.tier_saves.due(self.progress.step, final=True)
         payload = SavePayload(
             progress=self.progress.state_dict(), data=self.sampler.state_dict(),
             meta=self.files.meta(self.launch, self.identity, self.parallel),
-            rng=RngState.state_dict(), objective=self.objective.state_dict())
+            rng=RngState.state_dict(), objective=self.objective.state_dict(),
+            extra={"tiers": due} if self.tier_saves.plan.enabled else {})
         if mid_window:
             payload.grad_record = self.window.record(self.progress)
             payload.grad_buffers = grad_accum.readable_buffers(self.engine, self.cfg.parallel.zero_stage)
-        path = self.ckpt.save(self.progress.step, payload)
+        path = self.ckpt.save(self.progress.step, payload, self.tier_saves.destination(due))
         self.saved.append({"step": self.progress.step, "path": str(path),
-                           "mid_accumulation": mid_window})
+                           "mid_accumulation": mid_window, "tiers": due})
         if not self.ckpt.asynchronous:
             self.files.log(f"saved checkpoint {path}")
 
     def just_saved(self) -> bool:
         """This very position is the last one saved (at the step boundary)."""
         last = self.saved[-1] if self.saved else None
-        return bool(last) and last["step"] == self.progress.step and not last["mid_accumulation"]
+        return (bool(last) and last["step"] == self.progress.step and not last["mid_accumulation"]
+                and PERSISTENT in last["tiers"])
 
     def stop_if_a_save_failed(self) -> None:
         """Ranks agree at each step boundary on whether any background save failed, so
@@ -211,6 +219,14 @@ class StageWorker:
         committed before the result is written and the launcher returns."""
         self.ckpt.close()
         self.log_committed()
+
+    def saves_by_place(self) -> tuple[list[dict], list[dict]]:
+        """(saves in the run directory, saves only in faster tiers), each with where its
+        copies landed (rank 0 knows; other tiers' failures are recorded, not raised)."""
+        placed = {done["path"]: done.get("tiers") or {} for done in self.ckpt.stats}
+        saves = [{**save, "placement": placed.get(save["path"], {})} for save in self.saved]
+        return ([save for save in saves if PERSISTENT in save["tiers"]],
+                [save for save in saves if PERSISTENT not in save["tiers"]])
 
     def resume(self) -> None:
         path = resolve_resume(self.cfg.resume, self.root)
@@ -253,8 +269,9 @@ def run(launch_path: str) -> int:
     worker.resume()
     status = worker.train()
     worker.finish_saves()
-    worker.files.result(status, worker.progress, worker.saved, time.time() - t0,
-                        init_from=worker.init_report)
+    in_run_dir, in_other_tiers = worker.saves_by_place()
+    worker.files.result(status, worker.progress, in_run_dir, time.time() - t0,
+                        init_from=worker.init_report, tier_checkpoints=in_other_tiers)
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -1,5 +1,5 @@
-"""`baton ckpt verify|inspect|diff|reshard|adopt|export|gc`: look at, check, convert, bring in
-and hand out checkpoints."""
+"""`baton ckpt verify|inspect|diff|reshard|adopt|export|gc|keeper|tiers`: look at, check,
+convert, bring in and hand out checkpoints; keep and find copies in faster tiers."""
 from __future__ import annotations
 
 import json
@@ -26,6 +26,8 @@ def add_arguments(parser) -> None:
     add_gc_arguments(sub)
     from baton.commands.ckpt_reshard import add_reshard_arguments
     add_reshard_arguments(sub)
+    from baton.commands.ckpt_tiers import add_tier_arguments
+    add_tier_arguments(sub)
 
 
 def _verify(args) -> int:
@@ -73,6 +75,9 @@ def _inspect(args) -> int:
     console.print(f"parallel: {manifest.parallel}")
     console.print(f"mid-accumulation: {manifest.mid_accumulation}   total: {info['total_bytes']:,} bytes")
     console.print(f"parent: {info['parent']}   config hash: {info['config_hash']}")
+    if manifest.extra.get("tiers"):
+        console.print(f"tiers: {', '.join(manifest.extra['tiers'])} (where this save was sent; "
+                      "`baton ckpt tiers STAGE` shows what each tier holds now)")
     console.print(f"content digest: {info['content_digest']}", soft_wrap=True)  # one line, to copy
     return 0
 
@@ -149,6 +154,12 @@ def main(args) -> int:
     if args.action == "gc":
         from baton.commands.ckpt_gc import run_gc
         return run_gc(args)
+    if args.action == "keeper":
+        from baton.commands.ckpt_tiers import run_keeper
+        return run_keeper(args)
+    if args.action == "tiers":
+        from baton.commands.ckpt_tiers import show_tiers
+        return show_tiers(args)
     if args.action == "reshard":
         from baton.commands.ckpt_reshard import run_reshard
         return run_reshard(args)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from core.config.tiers_schema import TiersConfig
+
 
 @dataclass
 class RunConfig:
@@ -154,6 +156,8 @@ class CkptConfig:
     """Name of the environment variable holding an HMAC-SHA256 key (never the key itself).
     Set: every manifest written is signed, and one unsigned or signed with another key is
     refused before any of its checkpoint is read (docs/security.md). Null: no signatures."""
+    tiers: TiersConfig = field(default_factory=TiersConfig)
+    """Copies in memory, on a peer and at a URL besides the run directory (docs/tiers.md)."""
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.config.schema import BatonConfig
+from core.config.tiers_check import tier_problems
 
 STAGES = ("cpt", "sft", "rm", "rl")
 CORRECTIONS = ("none", "tis", "mis")
@@ -67,6 +68,7 @@ def problems(cfg: BatonConfig) -> list[str]:
     from core.config.signing_key import key_problems  # must hold a key (never printed)
     found += key_problems(cfg.ckpt.signing_key_env)
     found += _ckpt_problems(cfg.ckpt)
+    found += tier_problems(cfg.ckpt.tiers, cfg.stage.save_every)
     found += _rl_role_problems(cfg.rl)
     found += _repro_problems(cfg.repro)
     found += _study_problems(cfg.study)

@@ -1,0 +1,39 @@
+"""Copy a committed checkpoint into another checkpoints directory with the same commit
+protocol: files into `step-N.tmp/`, the manifest's own bytes last, rename, `latest`,
+retention. A copy cut short leaves a `.tmp`, never a checkpoint."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ckpt import commit as commit_io
+from ckpt.layout import MANIFEST, read_latest
+
+
+def copy_committed(source: Path, root: Path, keep: int) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = commit_io.clear_stale_tmp(root, source.name)
+    tmp.mkdir()
+    for path in sorted(source.rglob("*")):
+        rel = path.relative_to(source)
+        if path.is_dir():
+            (tmp / rel).mkdir(parents=True, exist_ok=True)
+        elif path.name != MANIFEST or path.parent != source:
+            shutil.copyfile(path, tmp / rel)
+    shutil.copyfile(source / MANIFEST, tmp / MANIFEST)
+    commit_io.fsync_dir(tmp)
+    return place(tmp, root, keep)
+
+
+def place(tmp: Path, root: Path, keep: int) -> Path:
+    """Rename a complete `tmp` (manifest included) into place, move `latest`, retain `keep`."""
+    final = commit_io.final_dir(tmp)
+    if final.exists():
+        if read_latest(root) == final:
+            commit_io.step_back_latest(final)
+        commit_io.discard(final)
+    tmp.rename(final)
+    commit_io.fsync_dir(root)
+    commit_io.point_latest(final)
+    commit_io.apply_retention(root, keep)
+    return final

@@ -1,0 +1,76 @@
+"""The client side of the peer tier: send a committed checkpoint to a keeper, list and
+fetch what it holds. Every failure is a `PeerUnavailable` naming the endpoint."""
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from ckpt.layout import MANIFEST
+from ckpt.tiers import wire
+from ckpt.tiers.keeper import TOKEN_ENV
+
+
+class PeerUnavailable(OSError):
+    def __init__(self, endpoint: str, why: str):
+        super().__init__(f"peer keeper {endpoint}: {why}")
+        self.endpoint, self.why = endpoint, why
+
+
+class PeerClient:
+    def __init__(self, endpoint: str, timeout_s: float = 30.0):
+        self.endpoint, self.timeout_s = endpoint, timeout_s
+        host, _, port = endpoint.rpartition(":")
+        self.address = (host, int(port))
+        self._sock: socket.socket | None = None
+
+    def __enter__(self) -> "PeerClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def request(self, header: dict, payload: bytes = b"") -> tuple[dict, bytes]:
+        token = os.environ.get(TOKEN_ENV)
+        try:
+            if self._sock is None:
+                self._sock = socket.create_connection(self.address, timeout=self.timeout_s)
+            wire.send(self._sock, {**header, **({"token": token} if token else {})}, payload)
+            reply, data = wire.receive(self._sock)
+        except OSError as exc:  # refused, reset, timed out, closed mid-message
+            self.close()
+            raise PeerUnavailable(self.endpoint, exc.strerror or str(exc) or type(exc).__name__) from None
+        if "error" in reply:
+            raise PeerUnavailable(self.endpoint, reply["error"])
+        return reply, data
+
+    def send_checkpoint(self, scope: str, directory: Path, keep: int) -> list[str]:
+        """Every file, the manifest last, then commit. Returns the copies the keeper dropped."""
+        name = directory.name
+        files = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")
+                       if p.is_file() and p.name != MANIFEST)
+        for rel in files + [MANIFEST]:
+            self.request({"op": "put", "scope": scope, "name": name, "rel": rel},
+                         (directory / rel).read_bytes())
+        reply, _ = self.request({"op": "commit", "scope": scope, "name": name, "keep": keep})
+        return reply.get("dropped", [])
+
+    def committed(self, scope: str) -> dict[str, dict[str, int]]:
+        """name -> {rel: size} of every committed copy, oldest first."""
+        reply, _ = self.request({"op": "list", "scope": scope})
+        return {name: reply["files"][name] for name in reply["names"]}
+
+    def fetch(self, scope: str, name: str, rels: list[str], into: Path) -> None:
+        for rel in rels:
+            _, data = self.request({"op": "get", "scope": scope, "name": name, "rel": rel})
+            path = into / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+
+    def ping(self) -> dict:
+        return self.request({"op": "ping"})[0]
