@@ -73,7 +73,7 @@ class Recording:
                 stage_run.id, manifest.step, str(path), manifest_io.checksum_of(path / manifest_io.MANIFEST),
                 manifest.total_bytes(), "deepspeed", manifest.parallel,
                 tokens_seen=progress["tokens_seen"], metrics=trace.get(manifest.step, {}),
-                content_digest=content_digest(manifest))
+                content_digest=content_digest(manifest), locations=saved.get("placement"))
             if stage_run.mlflow_run_id:
                 self.mlflow.log_checkpoint(stage_run.mlflow_run_id, ckpt, path / manifest_io.MANIFEST)
             recorded.append(ckpt)

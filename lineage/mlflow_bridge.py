@@ -153,7 +153,8 @@ class MlflowLineage:
             tags={MLFLOW_MODEL_IS_EXTERNAL: "true", "baton.checkpoint.id": str(checkpoint.id),
                   "baton.checkpoint.path": checkpoint.path, "baton.stage": checkpoint.stage,
                   "baton.checkpoint.format": checkpoint.format,
-                  "baton.checkpoint.content_digest": checkpoint.content_digest or ""},
+                  "baton.checkpoint.content_digest": checkpoint.content_digest or "",
+                  **_location_tags(checkpoint.locations)},
             params={"step": str(checkpoint.step), "tokens_seen": str(checkpoint.tokens_seen),
                     "bytes": str(checkpoint.bytes), "format": checkpoint.format,
                     "manifest_checksum": checkpoint.manifest_checksum,
@@ -333,6 +334,13 @@ class NullMlflowLineage:
 
     def model_id_for_checkpoint(self, checkpoint_id) -> None:
         return None
+
+
+def _location_tags(locations: Optional[dict]) -> dict[str, str]:
+    """`baton.tier.<tier>`: where that tier's copy is, or why there is none (ckpt.tiers)."""
+    return {f"baton.tier.{tier}": (str(o.get("where", "")) if o.get("ok")
+                                   else f"failed: {o.get('error', '')}")[:5000]
+            for tier, o in (locations or {}).items()}
 
 
 def mlflow_lineage(cfg) -> MlflowLineage | NullMlflowLineage:

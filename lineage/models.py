@@ -100,6 +100,8 @@ class Checkpoint(Base):
     manifest_checksum: Mapped[str] = mapped_column(String(128))
     # Identity by content (ckpt.content_digest): equal for reproductions in other places.
     content_digest: Mapped[Optional[str]] = mapped_column(String(80), index=True)
+    # Tier -> outcome of its copy ({"ok", "where"} or {"ok": false, "error"}); null: run dir only.
+    locations: Mapped[Optional[dict[str, Any]]]
     bytes: Mapped[int] = mapped_column(BigInteger)
     format: Mapped[str] = mapped_column(String(20))
     parallel_config: Mapped[dict[str, Any]]

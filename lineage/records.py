@@ -97,12 +97,15 @@ class Checkpoint:
     committed: bool
     created_at: datetime
     content_digest: Optional[str] = None
+    locations: Optional[dict] = None
+    """Tier -> outcome of its copy (ckpt.tiers); None: the run directory only."""
 
     @classmethod
     def of(cls, row: m.Checkpoint, stage: str) -> "Checkpoint":
         return cls(row.id, row.stage_run_id, stage, row.step, row.tokens_seen, row.path,
                    row.manifest_checksum, row.bytes, row.format, row.parallel_config,
-                   row.metrics, row.committed, _aware(row.created_at), row.content_digest)
+                   row.metrics, row.committed, _aware(row.created_at), row.content_digest,
+                   row.locations)
 
 
 @dataclass(frozen=True)

@@ -210,7 +210,8 @@ class LineageStore(StudyVerbs):
                           parallel_config: Mapping[str, Any], *, tokens_seen: int = 0,
                           metrics: Optional[Mapping[str, Any]] = None,
                           committed: bool = True,
-                          content_digest: Optional[str] = None) -> r.Checkpoint:
+                          content_digest: Optional[str] = None,
+                          locations: Optional[Mapping[str, Any]] = None) -> r.Checkpoint:
         _check_choice("format", format, m.CHECKPOINT_FORMATS)
 
         def write(s: Session) -> r.Checkpoint:
@@ -220,7 +221,8 @@ class LineageStore(StudyVerbs):
                 path=normalize_path(path), manifest_checksum=manifest_checksum, bytes=bytes,
                 format=format, parallel_config=dict(parallel_config),
                 metrics=dict(metrics or {}), committed=committed, created_at=m.utcnow(),
-                content_digest=content_digest)
+                content_digest=content_digest,
+                locations=dict(locations) if locations else None)
             s.add(row)
             s.flush()
             return r.Checkpoint.of(row, run.stage)

@@ -117,6 +117,26 @@ def test_memory_wiped_and_peer_killed_restores_from_the_run_directory(runs):
     final = result["checkpoints"][-1]
     assert final["placement"]["peer"]["ok"] is False
     assert final["placement"]["memory"]["ok"] is True
+    _lineage_and_mlflow_record_the_locations(root / "persistent", result)
+
+
+def _lineage_and_mlflow_record_the_locations(run_dir: Path, result: dict) -> None:
+    """What the pipeline records for a stage's checkpoints (flows.recording), on the real
+    lineage store and MLflow store of the run directory."""
+    from flows.recording import Recording
+
+    cfg = compose(["stage=cpt", f"run.dir={run_dir}", *COMMON[:4]])
+    recording = Recording(cfg)
+    pipeline = recording.start_pipeline(None)
+    stage_run = recording.start_stage(pipeline.id, "cpt", {"world_size": 1})
+    (recorded,) = [c for c in recording.stage_outputs(stage_run, run_dir, result["checkpoints"])
+                   if c.step == STEPS]
+    stored = next(c for c in recording.store.checkpoints(stage_run.id) if c.step == STEPS)
+    assert stored.locations == recorded.locations == result["checkpoints"][-1]["placement"]
+    model_id = recording.mlflow.model_id_for_checkpoint(stored.id)
+    tags = recording.mlflow.client.get_logged_model(model_id).tags
+    assert tags["baton.tier.memory"].endswith(f"step-{STEPS:06d}")
+    assert tags["baton.tier.peer"].startswith("failed: peer keeper")
 
 
 def test_a_corrupt_copy_is_skipped_for_the_next_tier(runs):
