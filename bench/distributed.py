@@ -4,8 +4,10 @@ The stage workers get these variables from their launcher; the bench is its own 
 """
 from __future__ import annotations
 
+import atexit
 import os
 import socket
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -33,3 +35,11 @@ def init_single_rank(parallel_cfg) -> None:
     os.environ.update(single_rank_environment())  # a bench is one rank, whatever the shell says
     from stages.engine_setup import init_distributed
     init_distributed(parallel_cfg)
+    atexit.register(_remove_shm_buffer, os.environ["MASTER_PORT"])
+
+
+def _remove_shm_buffer(port: str) -> None:
+    """DeepSpeed's CPU shared-memory all-reduce leaves its buffer (tens of MB) in /dev/shm,
+    named after this rank's master address and port: remove ours when the bench ends."""
+    for path in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_127.0.0.1_{port}_*"):
+        path.unlink(missing_ok=True)

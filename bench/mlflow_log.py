@@ -41,19 +41,26 @@ def metrics(result: dict) -> dict[str, float]:
 
 def log_to_mlflow(uri: str, result: dict, files: list[Path]) -> str:
     """Returns the run id."""
+    sizes = ",".join(f"{s:g}" for s in result["settings"]["sizes_gb"])
+    return log_run(uri, f"bench ckpt {sizes} GB", result, metrics(result), files)
+
+
+def log_run(uri: str, name: str, result: dict, numbers: dict[str, float],
+            files: list[Path]) -> str:
+    """One MLflow run of a bench: `result`'s settings and machine as params, `numbers` as
+    metrics, `files` as artifacts. Returns the run id."""
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name(EXPERIMENT)
     experiment_id = experiment.experiment_id if experiment else client.create_experiment(EXPERIMENT)
-    sizes = ",".join(f"{s:g}" for s in result["settings"]["sizes_gb"])
-    run = client.create_run(experiment_id, run_name=f"bench ckpt {sizes} GB")
+    run = client.create_run(experiment_id, run_name=name)
     run_id, now = run.info.run_id, int(time.time() * 1000)
     params = {**{f"settings.{k}": v for k, v in result["settings"].items()},
               **{f"machine.{k}": v for k, v in result["machine"].items()}}
     client.log_batch(run_id, params=[Param(k, str(v)[:500]) for k, v in params.items()],
-                     metrics=[Metric(k, v, now, 0) for k, v in metrics(result).items()])
+                     metrics=[Metric(k, v, now, 0) for k, v in numbers.items()])
     for path in files:
         client.log_artifact(run_id, str(path))
     client.set_terminated(run_id)

@@ -19,12 +19,15 @@ from ckpt.layout import checkpoints_dir, stage_dir
 from stages.errors import StageFailed
 from stages.preflight import check_stage_inputs
 from stages.lifeline import torchrun_command, write_launch_file
+from stages.nodes import node_file, node_suffix, rendezvous_args
 from stages.run_files import RESULT
 from stages.run_lock import stage_lock
 from stages.worker_env import worker_env
 from stages.worker_output import WorkerOutput, killed_by_signal, python_error
 
 ERROR_FILE = "worker_error.json"
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer")
+"""What gloo raises on a rank whose peer process died (tcp/pair.cc)."""
 
 
 @dataclass
@@ -41,7 +44,7 @@ def launch_stage(cfg: BatonConfig, model_dir: Path, parent: dict | None = None, 
     """`inputs_checked`: the caller already ran `stages.preflight.check_stage_inputs`.
     The stage directory's lock (stages.run_lock) is held from before launch.json is
     written until the workers are gone: a second launch there is refused at once."""
-    with stage_lock(stage_dir(cfg.run.dir, cfg.stage.name)):
+    with stage_lock(stage_dir(cfg.run.dir, cfg.stage.name), node=cfg.parallel.node_rank):
         if not inputs_checked:
             check_stage_inputs(cfg)  # model.path and starting checkpoints, before any worker
         if cfg.stage.name == "rl" and cfg.rl.replay_journal is None:
@@ -62,21 +65,23 @@ def _launch_locked(cfg: BatonConfig, model_dir: Path, parent: dict | None,
                    extra_env: dict) -> StageResult:
     directory = stage_dir(cfg.run.dir, cfg.stage.name)
     directory.mkdir(parents=True, exist_ok=True)
-    launch_file = directory / "launch.json"
+    launch_file = node_file(directory, "launch.json", cfg.parallel)
     binding = write_launch_file(launch_file, {
         "config": as_dict(cfg), "config_hash": config_hash(cfg), "model_dir": str(model_dir),
         "parent": parent})
-    (directory / RESULT).unlink(missing_ok=True)
-    error_file = directory / ERROR_FILE
+    if cfg.parallel.node_rank == 0:  # the node whose launcher reads a result first clears it
+        (directory / RESULT).unlink(missing_ok=True)
+    error_file = node_file(directory, ERROR_FILE, cfg.parallel)
     error_file.unlink(missing_ok=True)
     # torchrun under stages.lifeline: the agent and the workers die with this process.
-    command = torchrun_command(cfg.parallel.world_size, "stages.worker", launch_file)
+    command = torchrun_command(cfg.parallel.world_size, "stages.worker", launch_file,
+                               rendezvous_args(cfg.parallel, cfg.run.dir, cfg.stage.name))
     # torchrun's @record writes a worker's Python exception here; its absence after a
     # failure means the workers were killed or never met (infrastructure).
     process = subprocess.Popen(command, env={**worker_env(cfg.repro), **extra_env, **binding,
                                              "TORCHELASTIC_ERROR_FILE": str(error_file)},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    output = WorkerOutput(directory)
+    output = WorkerOutput(directory, node_suffix(cfg.parallel))
     output.start(process)
     previous = signal.signal(signal.SIGTERM, lambda *_: process.send_signal(signal.SIGTERM))
     try:
@@ -85,7 +90,8 @@ def _launch_locked(cfg: BatonConfig, model_dir: Path, parent: dict | None,
         signal.signal(signal.SIGTERM, previous)
         output.finish()
     result_path = directory / RESULT
-    if not result_path.is_file():
+    # Another node's launcher may have left last run's result: trust it only after a clean exit.
+    if not result_path.is_file() or (cfg.parallel.node_rank and returncode != 0):
         raise _failure(cfg.stage.name, returncode, output, error_file)
     raw = json.loads(result_path.read_text())
     return StageResult(raw["status"], raw["progress"]["step"], raw["checkpoints"],
@@ -101,6 +107,10 @@ def _failure(stage: str, returncode: int, output: WorkerOutput, error_file: Path
         return StageFailed(stage, returncode, output.where(), cause=rank + first["message"])
     if error_file.exists():
         unexpected = python_error(error_file) or f"error (recorded in {error_file})"
+        if any(sign in unexpected for sign in PEER_LOST):
+            # A rank on another node died: this node's workers only saw its socket close.
+            return StageFailed(stage, returncode, output.where(), infrastructure=True, reason=(
+                "a rank on another node stopped answering (its node or processes were lost)"))
         return StageFailed(stage, returncode, output.where() + ", with the traceback", cause=(
             f"a worker raised an unexpected {unexpected}; this is a bug in baton or a library "
             "it uses, not in your input"))

@@ -63,9 +63,11 @@ def write_launch_file(path: Path, payload: dict) -> dict[str, str]:
     return {ENV_NONCE: nonce, ENV_CHAIN: processes.current().token()}
 
 
-def torchrun_command(nproc: int, module: str, launch_file: Path) -> list[str]:
-    return [sys.executable, "-m", "stages.lifeline", "--standalone", f"--nproc-per-node={nproc}",
-            "-m", module, str(launch_file)]
+def torchrun_command(nproc: int, module: str, launch_file: Path,
+                     rendezvous: list[str] | None = None) -> list[str]:
+    """`rendezvous`: torchrun's node arguments (stages.nodes); default one standalone node."""
+    rendezvous = rendezvous or ["--standalone", f"--nproc-per-node={nproc}"]
+    return [sys.executable, "-m", "stages.lifeline", *rendezvous, "-m", module, str(launch_file)]
 
 
 # -- agent and worker side ---------------------------------------------------------------

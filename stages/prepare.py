@@ -26,7 +26,7 @@ def prepare_stage(cfg, name: str, locks: contextlib.ExitStack | None = None):
     signing.configure(cfg.ckpt.signing_key_env)  # checkpoints read below must be signed too
     check_stage_inputs(cfg)  # a bad model.path or init_from is refused before any worker
     if locks is not None:  # before the first write (the built-in model, launch.json)
-        locks.enter_context(stage_lock(stage_dir(cfg.run.dir, name)))
+        locks.enter_context(stage_lock(stage_dir(cfg.run.dir, name), node=cfg.parallel.node_rank))
     if cfg.resume == "latest":
         from ckpt.tiers.plan import TierPlan
         if TierPlan.from_config(cfg).enabled:  # the newest verified copy in any tier

@@ -60,9 +60,13 @@ def describe(holder: dict) -> str:
     return f"started {holder.get('started') or 'at an unknown time'}; command: {holder.get('command', '?')}"
 
 
-def stage_lock(stage_directory: Path, refused: str = DID_NOT_START) -> contextlib.AbstractContextManager:
-    """The lock of one stage directory (`<run.dir>/<stage>`)."""
-    return hold(Path(stage_directory) / STAGE_LOCK, f"stage directory {stage_directory}", refused)
+def stage_lock(stage_directory: Path, refused: str = DID_NOT_START,
+               node: int = 0) -> contextlib.AbstractContextManager:
+    """The lock of one stage directory (`<run.dir>/<stage>`); node K > 0 of a multi-node
+    launch holds `stage-node-K.lock` (each node's launcher owns its own files there)."""
+    name = f"stage-node-{node}.lock" if node else STAGE_LOCK
+    return hold(Path(stage_directory) / name, f"stage directory {stage_directory}"
+                + (f" (node {node})" if node else ""), refused)
 
 
 def run_lock(run_dir: Path) -> contextlib.AbstractContextManager:

@@ -42,8 +42,8 @@ def report_error(exc: BaseException) -> None:
 class WorkerOutput:
     """Launcher side: drain torchrun's stdout and stderr on two threads until it exits."""
 
-    def __init__(self, stage_directory: Path):
-        self.log_path = Path(stage_directory) / WORKERS_LOG
+    def __init__(self, stage_directory: Path, node_suffix: str = ""):
+        self.log_path = Path(stage_directory) / WORKERS_LOG.replace(".log", f"{node_suffix}.log")
         self.errors: list[dict] = []
         """Errors the workers announced, in the order they arrived."""
         self.log_error: OSError | None = None

@@ -1,6 +1,7 @@
 """`baton bench ckpt [--size-gb X ...] [--rounds N] [--json PATH] [--plot PATH] [--quick]`:
-measure every checkpoint save method on the same state (docs/bench.md). `baton bench repro`
-and `baton bench batch-invariant`: step time per mode of a real stage (bench.stage_modes)."""
+measure every checkpoint save method on the same state (docs/bench.md); with `--tiers`,
+restore and copy time per checkpoint tier instead. `baton bench repro` and `baton bench
+batch-invariant`: step time per mode of a real stage (bench.stage_modes)."""
 from __future__ import annotations
 
 import json
@@ -22,6 +23,10 @@ def add_arguments(parser) -> None:
                       help="skip the checkpoint-every-step run on the large model")
     ckpt.add_argument("--dir", type=Path, default=None, metavar="PATH",
                       help="where to write checkpoints (default: the system temp directory)")
+    ckpt.add_argument("--tiers", action="store_true",
+                      help="instead: restore time from each checkpoint tier (memory, peer, "
+                      "persistent, remote) and the time to copy into each, on one checkpoint "
+                      "of the largest --size-gb (default 1)")
 
 
     repro = sub.add_parser("repro", help="step time of portable vs native kernels (repro.mode), "
@@ -43,6 +48,8 @@ def add_arguments(parser) -> None:
 def main(args) -> int:
     if args.action in ("repro", "batch-invariant"):
         return modes_main(args)
+    if args.tiers:
+        return tiers_main(args)
     from bench.options import DEFAULT_SIZES_GB, BenchOptions
 
     options = BenchOptions(
@@ -77,6 +84,37 @@ def write_outputs(result: dict, json_path: Path, plot_path: Path) -> None:
 
     json_path.write_text(json.dumps(result, indent=2) + "\n")
     write_plot(result, plot_path)
+
+
+def tiers_main(args) -> int:
+    """`bench ckpt --tiers`: restore and copy time per checkpoint tier (bench.tiers)."""
+    from bench.tiers_options import DEFAULT_SIZE_GB, TierBenchOptions
+
+    options = TierBenchOptions(
+        size_gb=max(args.size_gb or [DEFAULT_SIZE_GB]), rounds=args.rounds, json_path=args.json,
+        plot_path=args.plot, workdir=args.dir, overrides=list(args.overrides), quick=args.quick)
+    options.check()  # bad input fails before the config, the model or DeepSpeed load
+    from core.config import compose
+    from bench.console import stdout_to_stderr
+    from bench.mlflow_log import tracking_uri
+    from bench.tiers import run_tier_bench
+    from bench.tiers_mlflow import log_tiers_to_mlflow
+    from bench.tiers_plot import write_tier_plot
+    from bench.tiers_report import print_tier_report
+
+    uri = tracking_uri(compose(options.overrides))
+    with stdout_to_stderr():
+        result = run_tier_bench(options)
+    print_tier_report(result)
+    with tempfile.TemporaryDirectory(prefix="baton-bench-out-") as scratch:
+        json_path = options.json_path or Path(scratch) / "bench-tiers.json"
+        plot_path = options.plot_path or Path(scratch) / "bench-tiers.png"
+        json_path.write_text(json.dumps(result, indent=2) + "\n")
+        write_tier_plot(result, plot_path)
+        if uri:
+            run_id = log_tiers_to_mlflow(uri, result, [json_path, plot_path])
+            print(f"[bench] logged to MLflow at {uri}: run {run_id}")
+    return 0
 
 
 def modes_main(args) -> int:

@@ -36,7 +36,7 @@ class Held:
 
 
 class Store:
-    """scope ("<run key>/<stage>/node-<k>") -> checkpoint name -> files."""
+    """scope ("<run key>/<stage>") -> checkpoint name -> files."""
 
     def __init__(self, max_bytes: int):
         self.max_bytes, self.lock = max_bytes, threading.Lock()
@@ -89,6 +89,7 @@ class Store:
 class _Handler(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         server: KeeperServer = self.server  # type: ignore[assignment]
+        wire.no_delay(self.request)
         while True:
             try:
                 header, payload = wire.receive(self.request)

@@ -3,6 +3,7 @@ protocol: files into `step-N.tmp/`, the manifest's own bytes last, rename, `late
 retention. A copy cut short leaves a `.tmp`, never a checkpoint."""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -19,10 +20,19 @@ def copy_committed(source: Path, root: Path, keep: int) -> Path:
         if path.is_dir():
             (tmp / rel).mkdir(parents=True, exist_ok=True)
         elif path.name != MANIFEST or path.parent != source:
-            shutil.copyfile(path, tmp / rel)
-    shutil.copyfile(source / MANIFEST, tmp / MANIFEST)
-    commit_io.fsync_dir(tmp)
+            _durable_copy(path, tmp / rel)
+    _durable_copy(source / MANIFEST, tmp / MANIFEST)
+    for directory in sorted({p.parent for p in tmp.rglob("*")} | {tmp}, reverse=True):
+        commit_io.fsync_dir(directory)
     return place(tmp, root, keep)
+
+
+def _durable_copy(source: Path, target: Path) -> None:
+    """On a disk, the copy is durable before the manifest names it (on a tmpfs, fsync
+    returns at once)."""
+    shutil.copyfile(source, target)
+    with open(target, "rb") as handle:
+        os.fsync(handle.fileno())
 
 
 def place(tmp: Path, root: Path, keep: int) -> Path:

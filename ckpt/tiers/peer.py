@@ -39,7 +39,8 @@ class PeerClient:
         token = os.environ.get(TOKEN_ENV)
         try:
             if self._sock is None:
-                self._sock = socket.create_connection(self.address, timeout=self.timeout_s)
+                self._sock = wire.no_delay(
+                    socket.create_connection(self.address, timeout=self.timeout_s))
             wire.send(self._sock, {**header, **({"token": token} if token else {})}, payload)
             reply, data = wire.receive(self._sock)
         except OSError as exc:  # refused, reset, timed out, closed mid-message

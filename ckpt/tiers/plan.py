@@ -42,7 +42,7 @@ class TierPlan:
     def from_config(cls, cfg, node: int | None = None) -> "TierPlan":
         t = cfg.ckpt.tiers
         if node is None:
-            node = int(os.environ.get("GROUP_RANK", getattr(cfg.parallel, "node_rank", 0) or 0))
+            node = cfg.parallel.node_rank
         return cls(Path(cfg.run.dir).resolve(), cfg.stage.name, node, cfg.stage.save_every,
                    cfg.stage.keep_last, t.memory.every, t.memory.keep, t.memory.dir,
                    t.peer.every, t.peer.keep, t.peer.endpoint, t.peer.timeout_s,
@@ -72,8 +72,10 @@ class TierPlan:
         return (Path(self.memory_dir) / f"baton-tiers-{os.getuid()}" / run_key(self.run_dir)
                 / f"node-{node}" / self.stage / "checkpoints")
 
-    def peer_scope(self, node: int | None = None) -> str:
-        return f"{run_key(self.run_dir)}/{self.stage}/node-{self.node if node is None else node}"
+    def peer_scope(self) -> str:
+        """The keeper holds whole checkpoints, sent by rank 0 from the committed copy, so
+        every node's launcher finds them under one name."""
+        return f"{run_key(self.run_dir)}/{self.stage}"
 
     def remote_root(self) -> str | None:
         return f"{self.remote_url.rstrip('/')}/{self.stage}/checkpoints" if self.remote_url else None

@@ -45,6 +45,13 @@ class ParallelConfig:
     """DeepSpeed ZeRO stage 0-3."""
     backend: str = "auto"
     """torch.distributed backend: auto (nccl with GPUs, else gloo), gloo or nccl."""
+    nodes: int = 1
+    """Machines the workers span; world_size ranks split evenly, one launcher per node."""
+    node_rank: int = 0
+    """This launcher's node, 0..nodes-1 (names its launch files and its memory tier)."""
+    rdzv_endpoint: Optional[str] = None
+    """host:port of torchrun's c10d rendezvous (required when nodes > 1): the same on every
+    node, typically node 0's address."""
 
 
 @dataclass

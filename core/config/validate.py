@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.config.schema import BatonConfig
+from core.config.nodes_check import node_problems
 from core.config.tiers_check import tier_problems
 
 STAGES = ("cpt", "sft", "rm", "rl")
@@ -67,12 +68,17 @@ def problems(cfg: BatonConfig) -> list[str]:
     found += _store_problems(cfg)
     from core.config.signing_key import key_problems  # must hold a key (never printed)
     found += key_problems(cfg.ckpt.signing_key_env)
-    found += _ckpt_problems(cfg.ckpt)
-    found += tier_problems(cfg.ckpt.tiers, cfg.stage.save_every)
+    found += _ckpt_problems(cfg.ckpt) + _placement_problems(cfg)
     found += _rl_role_problems(cfg.rl)
     found += _repro_problems(cfg.repro)
     found += _study_problems(cfg.study)
     return found
+
+
+def _placement_problems(cfg: BatonConfig) -> list[str]:
+    """Where checkpoint copies go (ckpt.tiers) and which nodes the workers span."""
+    return (tier_problems(cfg.ckpt.tiers, cfg.stage.save_every)
+            + node_problems(cfg.parallel, cfg.ckpt.tiers))
 
 
 def _study_problems(st) -> list[str]:
