@@ -69,10 +69,19 @@ class SaveOptions:
     direct: bool = False
     """O_DIRECT for aligned writes (native writer), bypassing the page cache."""
 
+    selective_threshold: float | None = None
+    """Set: save by layer and write only the layers that changed more (ckpt.selective)."""
+    selective_full_every: int = 10
+
     @classmethod
     def from_config(cls, ckpt) -> "SaveOptions":
-        return cls(**{name: getattr(ckpt, name) for name in cls.__dataclass_fields__
-                      if getattr(ckpt, name, None) is not None})
+        options = cls(**{name: getattr(ckpt, name) for name in cls.__dataclass_fields__
+                         if getattr(ckpt, name, None) is not None})
+        chosen = getattr(ckpt, "selective", None)
+        if chosen is not None:
+            options.selective_threshold = chosen.threshold
+            options.selective_full_every = chosen.full_every
+        return options
 
 
 @dataclass
@@ -98,6 +107,11 @@ class Checkpointer:
         self.io = BatonCheckpointEngine(
             self.pool, DIRECT_ALIGNMENT if self.options.direct else ALIGNMENT)
         engine.checkpoint_engine = self.io
+        if self.options.selective_threshold is not None:
+            from ckpt.selective import SelectivePolicy
+            self.io.selective = SelectivePolicy(self.options.selective_threshold,
+                                                self.options.selective_full_every,
+                                                optimizer_names(engine))
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         # Its own group: the background thread's handshake never meets a training collective.
         group = dist.new_group(backend="gloo")
@@ -178,7 +192,8 @@ class Checkpointer:
                 self.io.save_json(tmp / OBJECTIVE, payload.objective)
         if slot is not None:
             self.pool.forget_unused(slot, {f.rel for f in self.io.captured})
-        build = lambda entries: self._manifest(tmp, step, entries, payload)  # noqa: E731
+        references = dict(self.io.references)  # layer files kept in earlier checkpoints
+        build = lambda entries: self._manifest(tmp, step, entries, payload, references)  # noqa: E731
         return SaveJob(step=step, tmp=tmp, files=list(self.io.captured), build_manifest=build,
                        slot=slot)
 
@@ -216,7 +231,8 @@ class Checkpointer:
             self.background.close()
             self.background = None
 
-    def _manifest(self, tmp: Path, step: int, files: dict, payload: SavePayload):
+    def _manifest(self, tmp: Path, step: int, files: dict, payload: SavePayload,
+                  references: dict[str, str]):
         # Files DeepSpeed copies without its engine (its zero_to_fp32.py helper) are hashed here.
         for path in tmp.rglob("*"):
             rel = path.relative_to(tmp).as_posix()
@@ -229,7 +245,26 @@ class Checkpointer:
         return manifest_io.Manifest(
             stage=self.stage, step=step, components=components, files=files,
             parallel=self.parallel, mid_accumulation=payload.grad_record is not None,
-            hashing=self.hashing, extra={"parent": payload.meta.get("parent"), **payload.extra})
+            hashing=self.hashing, extra={"parent": payload.meta.get("parent"), **payload.extra},
+            references=selective_references(tmp.parent, references))
+
+
+def optimizer_names(engine) -> list[str]:
+    """The parameter name behind each optimizer state index (param_groups order)."""
+    name_of = {id(p): n for n, p in engine.module.named_parameters()}
+    return [name_of[id(p)] for group in engine.optimizer.param_groups for p in group["params"]]
+
+
+def selective_references(root: Path, held_in: dict[str, str]) -> dict[str, dict]:
+    """rel -> {"checkpoint", "size", "chunks"}: each referenced file's entry, copied from
+    the manifest of the checkpoint that holds it (committed before this one: saves commit
+    in order), so this manifest alone checks those bytes."""
+    entries, manifests = {}, {}
+    for rel, name in held_in.items():
+        if name not in manifests:
+            manifests[name] = manifest_io.read(root / name)
+        entries[rel] = {"checkpoint": name, **manifests[name].files[rel]}
+    return entries
 
 
 def load_complete(checkpointer: Checkpointer, path: Path, stage: str, parallel: dict,

@@ -5,13 +5,15 @@ leaves either the previous `latest` or the new one, never a half checkpoint.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
 from pathlib import Path
 
 from ckpt import manifest as manifest_io
-from ckpt.layout import DELETING_SUFFIX, LATEST, TMP_SUFFIX, committed_steps, read_latest
+from ckpt.layout import (DELETING_SUFFIX, LATEST, MANIFEST, TMP_SUFFIX, committed_steps,
+                         read_latest)
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +100,22 @@ def apply_retention(root: Path, keep_last: int) -> list[Path]:
     steps = committed_steps(root)
     latest = read_latest(root)
     keep = set(steps[-max(keep_last, 1):]) | ({latest} if latest else set())
+    # A kept checkpoint saved selectively uses files of earlier ones: those stay too.
+    keep |= {root / name for path in keep for name in referenced_checkpoints(path)}
     removed = [p for p in steps if p not in keep]
     for path in removed:
         discard(path)
     return removed
+
+
+def referenced_checkpoints(path: Path) -> set[str]:
+    """Names of the checkpoints whose files `path`'s manifest references (ckpt.selective).
+    A manifest that cannot be read references nothing here; verify names its problem."""
+    try:
+        references = json.loads((path / MANIFEST).read_bytes()).get("references") or {}
+        return {str(entry["checkpoint"]) for entry in references.values()}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return set()
 
 
 def discard(path: Path) -> None:

@@ -55,3 +55,22 @@ def problems(directory: Path, files: dict, components: dict) -> list[str]:
         if why:
             found.append(f"{rel!r} {why}")
     return found
+
+
+def reference_problems(directory: Path, references: dict) -> list[str]:
+    """A reference names a sibling checkpoint (`step-N`, nothing else) and a confined path
+    inside it (selective persistence)."""
+    from ckpt.layout import position_of
+
+    found = []
+    for rel, entry in references.items():
+        name = entry.get("checkpoint") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or "/" in name or position_of(name) is None:
+            found.append(f"reference {rel!r} names checkpoint {name!r}, not a sibling step-N "
+                         "directory")
+            continue
+        why = shape_problem(rel) if isinstance(rel, str) else "is not a path string"
+        why = why or escape_problem(Path(directory).parent / name, rel)
+        if why:
+            found.append(f"reference {rel!r} in {name} {why}")
+    return found

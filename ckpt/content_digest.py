@@ -43,8 +43,11 @@ def content_digest(manifest) -> str:
         "stage": manifest.stage, "step": manifest.step, "parallel": _layout(manifest.parallel),
         "mid_accumulation": manifest.mid_accumulation,
         "hashing": manifest.hashing or {"alg": "sha256", "whole_file": True},
-        "files": {rel: content_hash.identity(entry) for rel, entry in sorted(manifest.files.items())
-                  if is_state_file(rel)},
+        # A layer file referenced in an earlier checkpoint (ckpt.selective) is state all the
+        # same: where it is stored does not change what the checkpoint holds.
+        "files": {rel: content_hash.identity(entry) for rel, entry in sorted(
+            {**getattr(manifest, "references", {}), **manifest.files}.items())
+            if is_state_file(rel)},
     }
     canonical = json.dumps(description, sort_keys=True, separators=(",", ":"))
     return PREFIX + hashlib.sha256(canonical.encode()).hexdigest()

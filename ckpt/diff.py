@@ -170,14 +170,16 @@ def diff_checkpoints(a: str | Path, b: str | Path, atol: float = 0.0) -> DiffRep
     ma, mb = manifest_io.verify(a), manifest_io.verify(b)
     ra, rb = CheckpointReader(a, ma), CheckpointReader(b, mb)
     report = DiffReport(content_digest_a=content_digest(ma), content_digest_b=content_digest(mb))
-    report.only_in_a = _split_only_in(set(ma.files) - set(mb.files), "A", report)
-    report.only_in_b = _split_only_in(set(mb.files) - set(ma.files), "B", report)
+    # Files kept in earlier checkpoints (selective saves) count as this checkpoint's own.
+    fa, fb = {**ma.references, **ma.files}, {**mb.references, **mb.files}
+    report.only_in_a = _split_only_in(set(fa) - set(fb), "A", report)
+    report.only_in_b = _split_only_in(set(fb) - set(fa), "B", report)
     _compare_manifests(ma, mb, report)
     zero = ma.layout.zero_stage
-    for rel in sorted(set(ma.files) & set(mb.files)):
+    for rel in sorted(set(fa) & set(fb)):
         if rel.endswith(".py"):
             continue  # DeepSpeed's copied helper scripts, not state
-        same_bytes = content_hash.identity(ma.files[rel]) == content_hash.identity(mb.files[rel])
+        same_bytes = content_hash.identity(fa[rel]) == content_hash.identity(fb[rel])
         if rel in INFORMATIONAL:
             keys = [] if same_bytes else _differing_keys(_read(ra, rel), _read(rb, rel))
             if keys:

@@ -15,7 +15,9 @@ from pathlib import Path
 
 from deepspeed.runtime.checkpoint_engine.checkpoint_engine import CheckpointCommitInfo, CheckpointEngine
 
+from ckpt import selective
 from ckpt.errors import CorruptCheckpoint, NotACheckpoint
+from ckpt.layout import TMP_SUFFIX
 from ckpt.file_image import ALIGNMENT, FileImage, as_bytes, crc32_off, image_of
 from ckpt.manifest import Manifest
 from ckpt.reader import CheckpointReader
@@ -37,6 +39,10 @@ class BatonCheckpointEngine(CheckpointEngine):
         self.captured: list[CapturedFile] = []
         self.pool, self.slot = pool, None
         self._expected: Manifest | None = None
+        self.selective: selective.SelectivePolicy | None = None
+        """Set (ckpt.selective.threshold): the model-states file is saved by layer."""
+        self.references: dict[str, str] = {}
+        """Of the save being captured: layer file -> the earlier checkpoint holding it."""
         crc32_off()
         allow_deepspeed_globals()
 
@@ -45,12 +51,15 @@ class BatonCheckpointEngine(CheckpointEngine):
         """`slot`: copy storages into these staging buffers (async); None: the job reads
         the live storages while training waits (sync)."""
         self.directory, self.captured, self.slot = Path(directory), [], slot
+        self.references: dict[str, str] = {}
 
     def create(self, info: CheckpointCommitInfo):
         pass  # the commit protocol (ckpt.commit) owns directory creation and naming
 
     def save(self, state_dict, path: str):
         rel = Path(path).relative_to(self.directory).as_posix()
+        if self.selective is not None and rel == selective.MODEL_STATES:
+            state_dict = self._save_layers(state_dict)
         if self.slot is not None:
             try:  # the cheap capture: containers rebuilt, storages copied, pickled later
                 state = snapshot(state_dict, self.pool.stager(self.slot, rel))
@@ -64,6 +73,18 @@ class BatonCheckpointEngine(CheckpointEngine):
         else:
             buffers = self.pool.stage(self.slot, rel, image.storages)
         self.captured.append(CapturedFile(rel, image, buffers))
+
+    def _save_layers(self, state_dict) -> dict:
+        """Selective persistence: capture the layer groups that changed enough, note where
+        the others already are (`self.references`); return the skeleton to save."""
+        skeleton, groups = self.selective.split(state_dict)
+        checkpoint = self.directory.name.removesuffix(TMP_SUFFIX)
+        self.references = self.selective.decide(groups, checkpoint)
+        for group, parts in groups.items():
+            rel = selective.layer_rel(group)
+            if rel not in self.references:
+                self.save(parts, str(self.directory / rel))
+        return skeleton
 
     def save_json(self, path: Path, payload) -> None:
         """Encoded now (the C encoder: a fraction of a millisecond), so the bytes are
@@ -93,8 +114,12 @@ class BatonCheckpointEngine(CheckpointEngine):
         return self._reader.bytes(resolved.relative_to(root).as_posix())
 
     def load(self, path: str, map_location=None):
-        """DeepSpeed's reads: checked bytes, then a weights_only load (ckpt.safe_load)."""
-        return load_verified_bytes(self.read_verified(Path(path)), path, map_location)
+        """DeepSpeed's reads: checked bytes, then a weights_only load (ckpt.safe_load); a
+        selectively saved model-states file is assembled from its layers' files."""
+        state = load_verified_bytes(self.read_verified(Path(path)), path, map_location)
+        if selective.is_layered(state):
+            state = selective.assemble(state, lambda rel: self._reader.torch(rel, map_location))
+        return state
 
     def load_json(self, path: Path):
         return json.loads(self.read_verified(path).tobytes())

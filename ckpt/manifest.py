@@ -55,6 +55,9 @@ class Manifest:
     """{"alg": "hmac-sha256", "value": hex} when written with ckpt.signing_key_env (ckpt.signing)."""
     hashing: dict | None = None
     """{"alg": "sha256", "chunk_bytes": N}: how `files[*].chunks` were computed (ckpt.content_hash)."""
+    references: dict[str, dict] = field(default_factory=dict)
+    """Files this checkpoint uses but an earlier one of the same directory holds (selective
+    persistence, ckpt.selective): rel -> {"checkpoint": its name, "size", "chunks"}."""
 
     def required_components(self) -> tuple[str, ...]:
         if self.adopted is not None:
@@ -76,8 +79,13 @@ class Manifest:
     def total_bytes(self) -> int:
         return sum(entry["size"] for entry in self.files.values())
 
+    def record(self) -> dict:
+        """What is written (and signed): `references` only when there are any, so a
+        manifest without them is byte for byte what it was before they existed."""
+        return {k: v for k, v in self.__dict__.items() if k != "references" or v}
+
     def to_json(self) -> str:
-        return json.dumps(self.__dict__, indent=2, sort_keys=True)
+        return json.dumps(self.record(), indent=2, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "Manifest":
@@ -93,7 +101,8 @@ def write(directory: Path, manifest: Manifest) -> Path:
     process has a signing key configured (ckpt.signing)."""
     from ckpt import signing
 
-    manifest.signature = signing.signature_for(manifest.__dict__)
+    manifest.signature = None
+    manifest.signature = signing.signature_for(manifest.record())
     path = directory / MANIFEST
     with open(path, "w") as handle:
         handle.write(manifest.to_json())
@@ -131,6 +140,7 @@ def read(directory: str | Path) -> Manifest:
                                             "'components' each name "
                                             "to a list of paths"])
     escaping = confine.problems(directory, manifest.files, manifest.components)
+    escaping += confine.reference_problems(directory, manifest.references)
     if escaping:
         raise UnconfinedPath(directory, escaping)
     return manifest
@@ -139,6 +149,9 @@ def read(directory: str | Path) -> Manifest:
 def _well_formed(manifest: Manifest) -> bool:
     entries_ok = isinstance(manifest.files, dict) and all(
         content_hash.well_formed(e, manifest.hashing) for e in manifest.files.values())
+    entries_ok = entries_ok and isinstance(manifest.references, dict) and all(
+        isinstance(e, dict) and content_hash.well_formed(e, manifest.hashing)
+        for e in manifest.references.values())
     return entries_ok and isinstance(manifest.components, dict) and all(
         isinstance(names, list) for names in manifest.components.values())
 
@@ -157,6 +170,14 @@ def structure_problems(directory: Path, manifest: Manifest) -> list[str]:
         elif path.stat().st_size != entry["size"]:
             problems.append(f"size mismatch in {rel}: {path.stat().st_size} bytes on disk, "
                             f"{entry['size']} in the manifest (truncated or overwritten)")
+    for rel, entry in sorted(manifest.references.items()):
+        path = referenced_path(directory, rel, entry)
+        if not path.is_file():
+            problems.append(f"missing file {rel}, referenced in {entry['checkpoint']} (removed "
+                            "from there: this checkpoint is incomplete)")
+        elif path.stat().st_size != entry["size"]:
+            problems.append(f"size mismatch in {rel} referenced in {entry['checkpoint']}: "
+                            f"{path.stat().st_size} bytes there, {entry['size']} in the manifest")
     on_disk = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()}
     problems += [f"unexpected file {rel} (not in the manifest)"
                  for rel in sorted(on_disk - set(manifest.files) - {MANIFEST})]
@@ -169,7 +190,7 @@ def checksum_problems(directory: Path, manifest: Manifest, threads: int = 2) -> 
 
     def problem(item) -> str | None:
         rel, entry = item
-        path = directory / rel
+        path = referenced_path(directory, rel, entry) if "checkpoint" in entry else directory / rel
         if not (path.is_file() and path.stat().st_size == entry["size"]):
             return None  # structure_problems names it
         _, wrong = content_hash.read_checked(path, entry, manifest.hashing, chunk_pool)
@@ -177,8 +198,15 @@ def checksum_problems(directory: Path, manifest: Manifest, threads: int = 2) -> 
 
     with ThreadPoolExecutor(threads, thread_name_prefix="baton-verify") as chunk_pool, \
             ThreadPoolExecutor(threads, thread_name_prefix="baton-verify-files") as file_pool:
-        found = list(file_pool.map(problem, sorted(manifest.files.items())))
+        found = list(file_pool.map(problem, sorted(manifest.files.items())
+                                   + sorted(manifest.references.items())))
     return [p for p in found if p]
+
+
+def referenced_path(directory: Path, rel: str, entry: dict) -> Path:
+    """Where a referenced file lives: in the named sibling checkpoint (names confined by
+    `read`, ckpt.confine.reference_problems)."""
+    return Path(directory).parent / entry["checkpoint"] / rel
 
 
 def verify(directory: str | Path, checksums: bool = True) -> Manifest:

@@ -39,10 +39,16 @@ class CheckpointReader:
         self.manifest = manifest if manifest is not None else manifest_io.read(self.directory)
 
     def entry(self, rel: str) -> dict:
-        entry = self.manifest.files.get(rel)
+        entry = self.manifest.files.get(rel) or self.manifest.references.get(rel)
         if entry is None:
             raise CorruptCheckpoint(self.directory, [f"{rel} is not listed in the manifest"])
         return entry
+
+    def path_of(self, rel: str) -> Path:
+        """Where `rel` lives: here, or in the earlier checkpoint the manifest references."""
+        if rel in self.manifest.files:
+            return self.directory / rel
+        return manifest_io.referenced_path(self.directory, rel, self.entry(rel))
 
     def _mismatch(self, rel: str, problem: str) -> CorruptCheckpoint:
         return CorruptCheckpoint(self.directory, [
@@ -51,7 +57,7 @@ class CheckpointReader:
     def bytes(self, rel: str):
         """The file's bytes (a uint8 numpy array, bytes-like), read once and hashed while
         read (chunks in parallel); never more than the manifest's size plus one byte."""
-        data, problem = content_hash.read_checked(self.directory / rel, self.entry(rel),
+        data, problem = content_hash.read_checked(self.path_of(rel), self.entry(rel),
                                                   self.manifest.hashing, _hash_pool())
         if problem:
             raise self._mismatch(rel, problem)
@@ -61,8 +67,14 @@ class CheckpointReader:
         return json.loads(self.bytes(rel).tobytes())
 
     def torch(self, rel: str, map_location="cpu"):
-        """A weights_only load of the checked bytes (ckpt.safe_load)."""
-        return safe_load.load_verified_bytes(self.bytes(rel), self.directory / rel, map_location)
+        """A weights_only load of the checked bytes (ckpt.safe_load); a model-states file
+        saved selectively comes back whole (ckpt.selective.assemble)."""
+        from ckpt import selective
+
+        state = safe_load.load_verified_bytes(self.bytes(rel), self.path_of(rel), map_location)
+        if selective.is_layered(state):
+            state = selective.assemble(state, lambda part: self.torch(part, map_location))
+        return state
 
     def load(self, rel: str):
         """Parse by file type: JSON, safetensors, torch pickle, else the raw bytes."""

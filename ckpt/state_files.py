@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ckpt import manifest as manifest_io
 
-RNG_DIR, GRAD_DIR = "rng", "grad_accum"
+RNG_DIR, GRAD_DIR, LAYERS_DIR = "rng", "grad_accum", "layers"
 PROGRESS, DATA, META, GRAD_RECORD = "progress.json", "data.json", "meta.json", "grad_accum.json"
 # The objective's own state (RL: KL controller, reference and reward-model identity).
 OBJECTIVE = "objective.json"
@@ -34,6 +34,8 @@ def classify(rel: str, zero_stage: int) -> list[str]:
             if zero_stage == 0:
                 parts.append("optimizer")
         return parts
+    if rel.startswith(LAYERS_DIR + "/"):
+        return ["model", "optimizer"]  # one layer group's weights and Adam state (ckpt.selective)
     if rel.startswith(RNG_DIR + "/"):
         return ["rng"]
     if rel.startswith(GRAD_DIR + "/") or rel == GRAD_RECORD:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from core.config.tiers_schema import TiersConfig
+from core.config.tiers_schema import SelectiveConfig, TiersConfig
 
 
 @dataclass
@@ -163,6 +163,8 @@ class CkptConfig:
     """Name of the environment variable holding an HMAC-SHA256 key (never the key itself).
     Set: every manifest written is signed, and one unsigned or signed with another key is
     refused before any of its checkpoint is read (docs/security.md). Null: no signatures."""
+    selective: SelectiveConfig = field(default_factory=SelectiveConfig)
+    """Write only the layers that changed enough (docs/tiers.md#selective-persistence)."""
     tiers: TiersConfig = field(default_factory=TiersConfig)
     """Copies in memory, on a peer and at a URL besides the run directory (docs/tiers.md)."""
 

@@ -38,3 +38,25 @@ def tier_problems(tiers, save_every: int) -> list[str]:
 def _endpoint_ok(endpoint: str) -> bool:
     host, _, port = str(endpoint).rpartition(":")
     return bool(host) and port.isdigit() and 0 < int(port) < 65536
+
+
+def selective_problems(ckpt, zero_stage: int) -> list[str]:
+    sel, found = ckpt.selective, []
+    if sel.threshold is None:
+        return []
+    if sel.threshold < 0:
+        found.append(f"ckpt.selective.threshold={sel.threshold}: expected >= 0 (a relative "
+                     "update; 0 writes every layer that changed) or null (off)")
+    if sel.full_every < 1:
+        found.append(f"ckpt.selective.full_every={sel.full_every}: expected >= 1 saves")
+    if zero_stage != 0:
+        found.append(f"ckpt.selective.threshold with parallel.zero_stage={zero_stage}: selective "
+                     "saves split DeepSpeed's ZeRO-0 model-states file by layer; ZeRO 1-3 keep "
+                     "optimizer state in flat partitions. Use parallel.zero_stage=0 or "
+                     "ckpt.selective.threshold=null")
+    t = ckpt.tiers
+    if t.memory.every or t.peer.every or t.persistent.url:
+        found.append("ckpt.selective.threshold with ckpt.tiers.*: a selective checkpoint "
+                     "references files of earlier ones in the same directory, which a tier "
+                     "copy does not carry yet; use one or the other")
+    return found

@@ -47,3 +47,15 @@ class TiersConfig:
     memory: MemoryTierConfig = field(default_factory=MemoryTierConfig)
     peer: PeerTierConfig = field(default_factory=PeerTierConfig)
     persistent: PersistentTierConfig = field(default_factory=PersistentTierConfig)
+
+
+@dataclass
+class SelectiveConfig:
+    threshold: Optional[float] = None
+    """Null: every save writes everything. A number: save the model by layer group and
+    write a group only when its relative update since its last written version,
+    ||w - w_written|| / ||w_written||, exceeds it; the manifest references the older
+    file otherwise (docs/tiers.md#selective-persistence). 0: every changed group, so a
+    restore is bit-exact. ZeRO 0 only."""
+    full_every: int = 10
+    """Every N-th save writes every group (bounds how stale a restored layer can be)."""

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from core.config.schema import BatonConfig
 from core.config.nodes_check import node_problems
-from core.config.tiers_check import tier_problems
+from core.config.tiers_check import selective_problems, tier_problems
 
 STAGES = ("cpt", "sft", "rm", "rl")
 CORRECTIONS = ("none", "tis", "mis")
@@ -78,6 +78,7 @@ def problems(cfg: BatonConfig) -> list[str]:
 def _placement_problems(cfg: BatonConfig) -> list[str]:
     """Where checkpoint copies go (ckpt.tiers) and which nodes the workers span."""
     return (tier_problems(cfg.ckpt.tiers, cfg.stage.save_every)
+            + selective_problems(cfg.ckpt, cfg.parallel.zero_stage)
             + node_problems(cfg.parallel, cfg.ckpt.tiers))
 
 
