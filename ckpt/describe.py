@@ -24,5 +24,10 @@ def describe(directory: Path) -> tuple:
                                   "bytes": sum(manifest.files[f]["size"] for f in files)}
                            for name, files in sorted(manifest.components.items())},
             "total_bytes": manifest.total_bytes(), "parent": meta.get("parent"),
-            "config_hash": meta.get("config_hash"), "versions": meta.get("versions")}
+            "config_hash": meta.get("config_hash"), "versions": meta.get("versions"),
+            # Checkpoint tiers this save was sent to (ckpt.tiers), and the files it uses
+            # from earlier checkpoints (selective persistence).
+            "tiers": manifest.extra.get("tiers"),
+            "references": {rel: e["checkpoint"] for rel, e in sorted(manifest.references.items())},
+            "referenced_bytes": sum(e["size"] for e in manifest.references.values())}
     return manifest, info

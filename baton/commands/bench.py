@@ -1,12 +1,16 @@
 """`baton bench ckpt [--size-gb X ...] [--rounds N] [--json PATH] [--plot PATH] [--quick]`:
 measure every checkpoint save method on the same state (docs/bench.md); with `--tiers`,
-restore and copy time per checkpoint tier instead. `baton bench repro` and `baton bench
-batch-invariant`: step time per mode of a real stage (bench.stage_modes)."""
+restore and copy time per checkpoint tier instead; with `--selective`, bytes written by
+full vs selective saves over a real SFT stage and the loss after a restart from one.
+`baton bench repro` and `baton bench batch-invariant`: step time per mode of a real stage
+(bench.stage_modes)."""
 from __future__ import annotations
 
 import json
 import tempfile
 from pathlib import Path
+
+ROUNDS_DEFAULT = 3
 
 
 def add_arguments(parser) -> None:
@@ -16,7 +20,8 @@ def add_arguments(parser) -> None:
     ckpt.add_argument("--size-gb", type=float, nargs="+", default=None, metavar="X",
                       help="state sizes in GB (fp32 weights + Adam moments); the largest is "
                       "the main table, all form the size sweep (default: 0.25 0.5 1 2)")
-    ckpt.add_argument("--rounds", type=int, default=3, help="measured saves per method (>= 3)")
+    ckpt.add_argument("--rounds", type=int, default=ROUNDS_DEFAULT,
+                      help="measured saves per method (>= 3)")
     ckpt.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the results")
     ckpt.add_argument("--plot", type=Path, default=None, metavar="PATH", help="write a PNG")
     ckpt.add_argument("--quick", action="store_true",
@@ -27,7 +32,7 @@ def add_arguments(parser) -> None:
                       help="instead: restore time from each checkpoint tier (memory, peer, "
                       "persistent, remote) and the time to copy into each, on one checkpoint "
                       "of the largest --size-gb (default 1)")
-
+    _add_selective_arguments(ckpt)
 
     repro = sub.add_parser("repro", help="step time of portable vs native kernels (repro.mode), "
                            "interleaved rounds of real stage runs")
@@ -45,9 +50,39 @@ def add_arguments(parser) -> None:
     invariant.add_argument("--plot", type=Path, default=None, metavar="PATH", help="write a PNG")
 
 
+def _add_selective_arguments(ckpt) -> None:
+    """`--selective` and its own flags; they default to None so that one given without
+    --selective is refused rather than silently ignored (SELECTIVE_FLAGS)."""
+    ckpt.add_argument("--selective", action="store_true",
+                      help="instead: bytes written by full vs selective saves "
+                      "(ckpt.selective) over a real SFT stage, and the loss deviation after a "
+                      "restart from a composite checkpoint (docs/bench.md)")
+    ckpt.add_argument("--steps", type=int, default=None,
+                      help="with --selective: stage.max_steps of every run (default 200)")
+    ckpt.add_argument("--save-every", type=int, default=None,
+                      help="with --selective: stage.save_every (default 5)")
+    ckpt.add_argument("--threshold", type=float, default=None,
+                      help="with --selective: ckpt.selective.threshold (default 0.05)")
+    ckpt.add_argument("--full-every", type=int, default=None,
+                      help="with --selective: ckpt.selective.full_every (default 10)")
+    ckpt.add_argument("--restart-steps", type=int, default=None,
+                      help="with --selective: steps compared after the restart (default 20)")
+
+
+SELECTIVE_FLAGS = {"--steps": "steps", "--save-every": "save_every", "--threshold": "threshold",
+                   "--full-every": "full_every", "--restart-steps": "restart_steps"}
+
+
 def main(args) -> int:
     if args.action in ("repro", "batch-invariant"):
         return modes_main(args)
+    if args.selective:
+        return selective_main(args)
+    from core.errors import UsageError
+
+    for flag, name in SELECTIVE_FLAGS.items():
+        if getattr(args, name) is not None:
+            raise UsageError(flag, getattr(args, name), "only with --selective")
     if args.tiers:
         return tiers_main(args)
     from bench.options import DEFAULT_SIZES_GB, BenchOptions
@@ -113,6 +148,45 @@ def tiers_main(args) -> int:
         write_tier_plot(result, plot_path)
         if uri:
             run_id = log_tiers_to_mlflow(uri, result, [json_path, plot_path])
+            print(f"[bench] logged to MLflow at {uri}: run {run_id}")
+    return 0
+
+
+def selective_main(args) -> int:
+    """`bench ckpt --selective`: bytes per save and post-restart loss (bench.selective)."""
+    from bench.selective_options import SelectiveBenchOptions
+
+    given = {name: getattr(args, name) for name in SELECTIVE_FLAGS.values()
+             if getattr(args, name) is not None}
+    refused = {"--tiers": args.tiers, "--quick": args.quick, "--size-gb": args.size_gb,
+               "--rounds": args.rounds if args.rounds != ROUNDS_DEFAULT else None}
+    options = SelectiveBenchOptions(
+        **given, json_path=args.json, plot_path=args.plot, workdir=args.dir,
+        overrides=list(args.overrides), not_applicable={k: v for k, v in refused.items() if v})
+    options.check()  # bad input fails before the config is composed or any stage starts
+    from core.config import compose
+    from bench.console import stdout_to_stderr
+    from bench.mlflow_log import tracking_uri
+    from bench.selective import run_selective_bench
+    from bench.selective_mlflow import log_selective_to_mlflow
+    from bench.selective_plot import write_selective_plot
+    from bench.selective_report import print_selective_report
+    from bench.selective_stage import common_overrides, selective_overrides
+
+    # The stages' own config, composed and validated here: a bad override is one message
+    # before the first stage starts, not a failed stage minutes in.
+    compose(["stage=sft", *common_overrides(options), *selective_overrides(options)])
+    uri = tracking_uri(compose(options.overrides))
+    with stdout_to_stderr():
+        result = run_selective_bench(options)
+    print_selective_report(result)
+    with tempfile.TemporaryDirectory(prefix="baton-bench-out-") as scratch:
+        json_path = options.json_path or Path(scratch) / "bench-selective.json"
+        plot_path = options.plot_path or Path(scratch) / "bench-selective.png"
+        json_path.write_text(json.dumps(result, indent=2) + "\n")
+        write_selective_plot(result, plot_path)
+        if uri:
+            run_id = log_selective_to_mlflow(uri, result, [json_path, plot_path])
             print(f"[bench] logged to MLflow at {uri}: run {run_id}")
     return 0
 

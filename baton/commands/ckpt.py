@@ -75,6 +75,10 @@ def _inspect(args) -> int:
     console.print(f"parallel: {manifest.parallel}")
     console.print(f"mid-accumulation: {manifest.mid_accumulation}   total: {info['total_bytes']:,} bytes")
     console.print(f"parent: {info['parent']}   config hash: {info['config_hash']}")
+    if info["references"]:
+        held = sorted(set(info["references"].values()))
+        console.print(f"selective: {len(info['references'])} layer files "
+                      f"({info['referenced_bytes']:,} bytes) kept in {', '.join(held)}")
     if manifest.extra.get("tiers"):
         console.print(f"tiers: {', '.join(manifest.extra['tiers'])} (where this save was sent; "
                       "`baton ckpt tiers STAGE` shows what each tier holds now)")

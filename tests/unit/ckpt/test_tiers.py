@@ -164,3 +164,20 @@ def test_nothing_anywhere_restores_nothing(tmp_path):
     plan = _plan(tmp_path, memory_every=1)
     restored = restore(plan, tmp_path / "restored")
     assert restored.path is None and restored.fell_through == []
+
+
+def test_a_full_keeper_or_an_unreachable_url_is_a_recorded_fall_through(keeper, tmp_path):
+    from ckpt.tiers.replicate import replicate
+
+    _, endpoint = keeper  # holds at most 4096 bytes
+    plan = _plan(tmp_path, memory_every=1, peer_every=1, peer_endpoint=endpoint,
+                 remote_url="nosuchprotocol://bucket/prefix")
+    final = _checkpoint(plan.persistent_root(), 1, payload=b"x" * 5000)
+    placement = replicate(plan, final, ["memory", "peer", "persistent", "remote"], "persistent")
+    assert placement["persistent"]["ok"] and placement["memory"]["ok"]
+    assert not placement["peer"]["ok"] and "keeper full" in placement["peer"]["error"]
+    assert not placement["remote"]["ok"] and "nosuchprotocol" in placement["remote"]["error"]
+    assert manifest_io.verify(plan.memory_root() / final.name)  # the copy that worked is whole
+    fell = []
+    assert ("remote", "step-000001") not in holdings(plan, fell)
+    assert [f["tier"] for f in fell] == ["remote"]  # listed once as unreachable, not fatal
