@@ -12,7 +12,7 @@ def write_selective_plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")  # no display; never pick an interactive backend
     import matplotlib.pyplot as plt
 
-    figure, (bytes_ax, loss_ax) = plt.subplots(1, 2, figsize=(13, 4.5))
+    figure, (bytes_ax, loss_ax) = plt.subplots(1, 2, figsize=(13, 5))
     _bytes(bytes_ax, result)
     _deviation(loss_ax, result)
     s = result["settings"]
@@ -38,7 +38,7 @@ def _bytes(ax, result: dict) -> None:
     ax.set_xlabel("step of the save")
     ax.set_ylabel("bytes written by the save")
     ax.set_title(f"bytes per save: {result['bytes_ratio']:.2f}× fewer selectively")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)
 
 
 def _deviation(ax, result: dict) -> None:
@@ -53,4 +53,5 @@ def _deviation(ax, result: dict) -> None:
     ax.set_ylabel("|loss restarted - loss uninterrupted| / loss (%)")
     ax.set_title(f"loss after the restart: max {restart['deviation_max'] * 100:.3g}%, "
                  f"mean {restart['deviation_mean'] * 100:.3g}%")
-    ax.legend(fontsize=8)
+    ax.xaxis.get_major_locator().set_params(integer=True)  # steps, not fractions of one
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)

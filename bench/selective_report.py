@@ -94,7 +94,9 @@ def summary_lines(result: dict) -> list[str]:
         f"control, restart from the full run's {control['checkpoint']}: deviation max "
         f"{control['deviation_max']:.3g} (to step {s['steps']}: {control['deviation_max_to_end']:.3g})",
         "uninterrupted full vs selective run, every step: deviation max "
-        f"{result['uninterrupted_deviation_max']:.3g} (saving selectively does not change training)",
+        f"{result['uninterrupted_deviation_max']:.3g} "
+        + ("(saving selectively did not change training)" if result["uninterrupted_deviation_max"]
+           == 0 else "(the runs differ before any restart: saving changed training)"),
         "bytes of a save = the sizes in its manifest's `files` (what it wrote), not its "
         "`references` (files an earlier save wrote); deviation = |l_restarted - l| / l per step",
         f"machine: {machine_line(result['machine'])}",

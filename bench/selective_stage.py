@@ -5,7 +5,6 @@ bench.stage_modes runs them), and what it left behind: the loss of every step
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -13,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.config.compose import quoted
+from ckpt import manifest
+from ckpt.layout import checkpoints_dir, committed_steps, step_of
 
 from bench.selective_options import SelectiveBenchOptions
 
@@ -42,7 +43,6 @@ class StageRun:
 
     @property
     def checkpoints(self) -> Path:
-        from ckpt.layout import checkpoints_dir
         return checkpoints_dir(self.run_dir, STAGE)
 
     def losses(self) -> dict[int, float]:
@@ -52,9 +52,6 @@ class StageRun:
 
     def saves(self) -> list[dict]:
         """Every committed save, oldest first: the bytes it wrote and what it referenced."""
-        from ckpt import manifest
-        from ckpt.layout import committed_steps, step_of
-
         found = []
         for path in committed_steps(self.checkpoints):
             kept = manifest.read(path)
@@ -72,7 +69,7 @@ def run_stage(run_dir: Path, overrides: list[str]) -> StageRun:
     command = [sys.executable, "-m", "baton.cli", "stage", STAGE, quoted("run.dir", run_dir),
                *overrides]
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ))
+    done = subprocess.run(command, capture_output=True, text=True)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"bench ckpt --selective: `{' '.join(command)}` failed "

@@ -25,6 +25,12 @@ def add_tier_arguments(sub) -> None:
 
 def run_keeper(args) -> int:
     from ckpt.tiers.keeper import serve
+    from core.errors import UsageError
+
+    if not 0 <= args.port <= 65535:
+        raise UsageError("--port", str(args.port), "expected a TCP port 0-65535 (0: any free one)")
+    if args.max_bytes < 0:
+        raise UsageError("--max-bytes", str(args.max_bytes), "expected >= 0 bytes (0: no limit)")
 
     def ready(host, port):
         print(f"[baton] keeper listening on {host}:{port} (pid {__import__('os').getpid()}); "
@@ -39,7 +45,7 @@ def run_keeper(args) -> int:
         serve(args.host, args.port, args.max_bytes, ready)
     except KeyboardInterrupt:
         pass
-    except OSError as exc:
+    except (OSError, OverflowError) as exc:
         print(f"[baton] keeper could not listen on {args.host}:{args.port}: {exc.strerror or exc}; "
               "pick another --port or --host", file=sys.stderr)
         return 2

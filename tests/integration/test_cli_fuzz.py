@@ -89,6 +89,18 @@ def invocations(p: dict) -> list[list[str]]:
         ["stage", "rl", "rl.max_staleness=2", run], ["stage", "rl", "rl.max_staleness=-1", run],
         ["stage", "rl", "rl.env.task=shell", run], ["stage", "rl", "rl.faults.env_crash_rate=0.5", run],
         ["stage", "rl", "rl.env.task=program", "rl.env.timeout_s=1", run],
+        ["stage", "cpt", "ckpt.tiers.peer.every=2", run],
+        ["stage", "cpt", "ckpt.tiers.peer.every=3", "ckpt.tiers.peer.endpoint=h:1", run],
+        ["stage", "cpt", "ckpt.tiers.memory.every=1", "ckpt.tiers.memory.dir=/nonexistent", run],
+        ["stage", "cpt", "ckpt.tiers.persistent.url=/no/scheme", run],
+        ["stage", "cpt", "parallel.nodes=2", run], ["stage", "cpt", "parallel.nodes=-1", run],
+        ["stage", "cpt", "parallel.nodes=2", "parallel.node_rank=5", "parallel.world_size=2",
+         "parallel.rdzv_endpoint=h:1", run],
+        ["stage", "cpt", "ckpt.selective.threshold=-1", run],
+        ["stage", "sft", "parallel=dp2_zero2", "ckpt.selective.threshold=0.1", run],
+        ["ckpt", "tiers"], ["ckpt", "tiers", "bogus", run], ["ckpt", "keeper", "--port", "abc"],
+        ["ckpt", "keeper", "--port", "70000"], ["ckpt", "keeper", "--max-bytes", "-5"],
+        ["bench", "ckpt", "--tiers", "--rounds", "2"],
     ]
 
 
