@@ -79,7 +79,7 @@ class BatonCheckpointEngine(CheckpointEngine):
         the others already are (`self.references`); return the skeleton to save."""
         skeleton, groups = self.selective.split(state_dict)
         checkpoint = self.directory.name.removesuffix(TMP_SUFFIX)
-        self.references = self.selective.decide(groups, checkpoint)
+        self.references = self.selective.decide(groups, checkpoint, str(self.directory.parent))
         for group, parts in groups.items():
             rel = selective.layer_rel(group)
             if rel not in self.references:

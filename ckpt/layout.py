@@ -61,3 +61,9 @@ def resolve_resume(resume: str | None, root: Path) -> Path | None:
     if resume == "latest":
         return read_latest(root)
     return Path(resume).resolve()
+
+
+def referenced_path(directory: str | Path, rel: str, entry: dict) -> Path:
+    """Where a file a manifest references lives (selective persistence): in the named
+    sibling checkpoint; `ckpt.confine.reference_problems` confines both names on read."""
+    return Path(directory).parent / entry["checkpoint"] / rel

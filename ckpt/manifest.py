@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ckpt import content_hash
 from ckpt.errors import CorruptCheckpoint, NotACheckpoint, UnconfinedPath
-from ckpt.layout import MANIFEST, TMP_SUFFIX
+from ckpt.layout import MANIFEST, TMP_SUFFIX, referenced_path
 
 FORMAT = "baton.checkpoint/1"
 # Components every complete checkpoint must have; `grad_accum` only mid-accumulation.
@@ -201,12 +201,6 @@ def checksum_problems(directory: Path, manifest: Manifest, threads: int = 2) -> 
         found = list(file_pool.map(problem, sorted(manifest.files.items())
                                    + sorted(manifest.references.items())))
     return [p for p in found if p]
-
-
-def referenced_path(directory: Path, rel: str, entry: dict) -> Path:
-    """Where a referenced file lives: in the named sibling checkpoint (names confined by
-    `read`, ckpt.confine.reference_problems)."""
-    return Path(directory).parent / entry["checkpoint"] / rel
 
 
 def verify(directory: str | Path, checksums: bool = True) -> Manifest:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ckpt import content_hash
 from ckpt import manifest as manifest_io
+from ckpt.layout import referenced_path
 from ckpt import safe_load
 from ckpt.errors import CorruptCheckpoint
 from ckpt.manifest import Manifest
@@ -48,7 +49,7 @@ class CheckpointReader:
         """Where `rel` lives: here, or in the earlier checkpoint the manifest references."""
         if rel in self.manifest.files:
             return self.directory / rel
-        return manifest_io.referenced_path(self.directory, rel, self.entry(rel))
+        return referenced_path(self.directory, rel, self.entry(rel))
 
     def _mismatch(self, rel: str, problem: str) -> CorruptCheckpoint:
         return CorruptCheckpoint(self.directory, [

@@ -105,9 +105,15 @@ def check_pickles(directory: str | Path, manifest) -> None:
     """The allow-list scan over every pickle a manifest lists (files already verified):
     lets `verify`, and every command that verifies first, refuse a hostile file by name
     before anything tries to load it. The loads themselves stay weights_only."""
+    from ckpt.layout import referenced_path
+
     for rel in sorted(manifest.files):
         if is_pickle_name(rel):
             check_pickle(Path(directory) / rel, Path(directory) / rel)
+    for rel, entry in sorted(getattr(manifest, "references", {}).items()):
+        if is_pickle_name(rel):  # a layer file kept in an earlier checkpoint (ckpt.selective)
+            path = referenced_path(Path(directory), rel, entry)
+            check_pickle(path, path)
 
 
 def _refusal(exc: BaseException, data: bytes | None) -> list[str]:

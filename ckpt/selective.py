@@ -53,8 +53,10 @@ class SelectivePolicy:
     full_every: int
     optimizer_names: list[str] = field(default_factory=list)
     """Parameter name of each optimizer state index (the optimizer's param_groups order)."""
-    persisted: dict[str, Persisted] = field(default_factory=dict)
-    saves: int = 0
+    persisted: dict[str, dict[str, Persisted]] = field(default_factory=dict)
+    """checkpoints directory -> group -> its last written version there. A reference never
+    crosses directories (a memory-tier save cannot use a run-directory file)."""
+    saves: dict[str, int] = field(default_factory=dict)
     last_decision: dict = field(default_factory=dict)
 
     def split(self, state: dict) -> tuple[dict, dict[str, dict]]:
@@ -73,19 +75,21 @@ class SelectivePolicy:
         skeleton[LAYERS_KEY] = {g: layer_rel(g) for g in groups}
         return skeleton, groups
 
-    def decide(self, groups: dict[str, dict], checkpoint: str) -> dict[str, str]:
-        """Which groups this save writes; returns the others' rel -> checkpoint holding it."""
-        self.saves += 1
-        full = self.full_every > 0 and self.saves % self.full_every == 1 % self.full_every
+    def decide(self, groups: dict[str, dict], checkpoint: str, root: str = "") -> dict[str, str]:
+        """Which groups this save (into the checkpoints directory `root`) writes; returns
+        the others' rel -> the checkpoint of that directory holding it."""
+        saves = self.saves[root] = self.saves.get(root, 0) + 1
+        full = self.full_every > 0 and saves % self.full_every == 1 % self.full_every
+        persisted = self.persisted.setdefault(root, {})
         references, written = {}, []
         for group, parts in groups.items():
-            before = self.persisted.get(group)
+            before = persisted.get(group)
             if before is not None and not full and _relative_update(
                     parts["module"], before.weights) <= self.threshold:
                 references[layer_rel(group)] = before.checkpoint
                 continue
             written.append(group)
-            self.persisted[group] = Persisted(
+            persisted[group] = Persisted(
                 checkpoint, {n: t.detach().clone() for n, t in parts["module"].items()})
         self.last_decision = {"full": full, "written": written,
                               "referenced": sorted(references)}

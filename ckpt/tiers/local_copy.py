@@ -9,19 +9,21 @@ from pathlib import Path
 
 from ckpt import commit as commit_io
 from ckpt.layout import MANIFEST, read_latest
+from ckpt.tiers.shipment import Shipment, shipment_of
 
 
-def copy_committed(source: Path, root: Path, keep: int) -> Path:
+def copy_committed(source: Path | Shipment, root: Path, keep: int) -> Path:
+    """`source`: a committed checkpoint directory, or what to copy of one (a shipment)."""
+    shipment = source if isinstance(source, Shipment) else shipment_of(source)
     root.mkdir(parents=True, exist_ok=True)
-    tmp = commit_io.clear_stale_tmp(root, source.name)
+    tmp = commit_io.clear_stale_tmp(root, shipment.name)
     tmp.mkdir()
-    for path in sorted(source.rglob("*")):
-        rel = path.relative_to(source)
-        if path.is_dir():
-            (tmp / rel).mkdir(parents=True, exist_ok=True)
-        elif path.name != MANIFEST or path.parent != source:
-            _durable_copy(path, tmp / rel)
-    _durable_copy(source / MANIFEST, tmp / MANIFEST)
+    for rel, path in shipment.files:
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        _durable_copy(path, tmp / rel)
+    with open(tmp / MANIFEST, "wb") as handle:  # last
+        handle.write(shipment.manifest)
+        os.fsync(handle.fileno())
     for directory in sorted({p.parent for p in tmp.rglob("*")} | {tmp}, reverse=True):
         commit_io.fsync_dir(directory)
     return place(tmp, root, keep)

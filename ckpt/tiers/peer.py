@@ -9,6 +9,7 @@ from pathlib import Path
 from ckpt.layout import MANIFEST
 from ckpt.tiers import wire
 from ckpt.tiers.keeper import TOKEN_ENV
+from ckpt.tiers.shipment import Shipment, shipment_of
 
 
 class PeerUnavailable(OSError):
@@ -50,14 +51,13 @@ class PeerClient:
             raise PeerUnavailable(self.endpoint, reply["error"])
         return reply, data
 
-    def send_checkpoint(self, scope: str, directory: Path, keep: int) -> list[str]:
+    def send_checkpoint(self, scope: str, source: Path | Shipment, keep: int) -> list[str]:
         """Every file, the manifest last, then commit. Returns the copies the keeper dropped."""
-        name = directory.name
-        files = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")
-                       if p.is_file() and p.name != MANIFEST)
-        for rel in files + [MANIFEST]:
-            self.request({"op": "put", "scope": scope, "name": name, "rel": rel},
-                         (directory / rel).read_bytes())
+        shipment = source if isinstance(source, Shipment) else shipment_of(source)
+        name = shipment.name
+        for rel, path in shipment.files:
+            self.request({"op": "put", "scope": scope, "name": name, "rel": rel}, path.read_bytes())
+        self.request({"op": "put", "scope": scope, "name": name, "rel": MANIFEST}, shipment.manifest)
         reply, _ = self.request({"op": "commit", "scope": scope, "name": name, "keep": keep})
         return reply.get("dropped", [])
 

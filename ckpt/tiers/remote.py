@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ckpt.layout import LATEST, MANIFEST, position_of
+from ckpt.tiers.shipment import Shipment, shipment_of
 
 
 class RemoteUnavailable(OSError):
@@ -23,20 +24,19 @@ def _fs(root: str):
     return fs, path.rstrip("/")
 
 
-def upload(source: Path, root: str, keep: int) -> list[str]:
+def upload(source: Path | Shipment, root: str, keep: int) -> list[str]:
     """Returns the copies retention removed there (keeps the newest `keep`)."""
+    shipment = source if isinstance(source, Shipment) else shipment_of(source)
     fs, base = _fs(root)
     try:
-        target = f"{base}/{source.name}"
+        target = f"{base}/{shipment.name}"
         if fs.exists(f"{target}/{MANIFEST}"):
             fs.rm(f"{target}/{MANIFEST}")  # no longer a checkpoint while it is replaced
-        files = sorted(p for p in source.rglob("*") if p.is_file() and p.name != MANIFEST)
-        for path in files:
-            rel = path.relative_to(source).as_posix()
+        for rel, path in shipment.files:
             fs.makedirs(f"{target}/{rel}".rsplit("/", 1)[0], exist_ok=True)
             fs.put_file(str(path), f"{target}/{rel}")
-        fs.put_file(str(source / MANIFEST), f"{target}/{MANIFEST}")
-        fs.pipe_file(f"{base}/{LATEST}", source.name.encode())
+        fs.pipe_file(f"{target}/{MANIFEST}", shipment.manifest)
+        fs.pipe_file(f"{base}/{LATEST}", shipment.name.encode())
         names = committed(root)
         dropped = names[:-keep] if keep > 0 else []
         for name in dropped:

@@ -54,9 +54,4 @@ def selective_problems(ckpt, zero_stage: int) -> list[str]:
                      "saves split DeepSpeed's ZeRO-0 model-states file by layer; ZeRO 1-3 keep "
                      "optimizer state in flat partitions. Use parallel.zero_stage=0 or "
                      "ckpt.selective.threshold=null")
-    t = ckpt.tiers
-    if t.memory.every or t.peer.every or t.persistent.url:
-        found.append("ckpt.selective.threshold with ckpt.tiers.*: a selective checkpoint "
-                     "references files of earlier ones in the same directory, which a tier "
-                     "copy does not carry yet; use one or the other")
     return found

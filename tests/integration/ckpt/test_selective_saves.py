@@ -97,3 +97,28 @@ def test_selective_saves_outside_zero_0_are_refused_before_anything_starts(tmp_p
     assert refused.returncode == 2
     assert "ckpt.selective.threshold with parallel.zero_stage=1" in refused.stderr
     assert not (tmp_path / "cpt").exists()
+
+
+def test_a_memory_tier_copy_of_a_selective_save_stands_alone_and_restores(tmp_path):
+    from ckpt.tiers.plan import TierPlan
+    from core.config import compose
+
+    tiered = [f"run.dir={tmp_path}", "stage.save_every=3", "stage.eval_every=3",
+              "ckpt.selective.threshold=0.2", "ckpt.tiers.memory.every=1"]
+    memory = TierPlan.from_config(compose(["stage=cpt", *tiered])).memory_root()
+    try:
+        run_baton("stage", "cpt", *tiered, "stage.max_steps=5", check=True)
+        # Step 5 was written to the run directory (its references point at step 3 there)
+        # and copied to the memory tier, where it carries the layer files it uses.
+        saved = json.loads((tmp_path / "cpt/checkpoints/step-000005/manifest.json").read_text())
+        copied = json.loads((memory / "step-000005/manifest.json").read_text())
+        assert saved["references"] and "references" not in copied
+        assert set(saved["references"]) <= set(copied["files"])
+        for kept in memory.glob("step-*"):  # memory-only saves reference within the tier
+            assert run_baton("ckpt", "verify", str(kept)).returncode == 0
+        restarted = run_baton("stage", "cpt", *tiered, "stage.max_steps=7", "resume=latest",
+                              check=True)
+        assert "restore: step-000005 from the memory tier" in restarted.stdout
+        assert sorted(metrics(tmp_path, "cpt")) == list(range(1, 8))
+    finally:
+        shutil.rmtree(memory.parents[2], ignore_errors=True)

@@ -2,6 +2,7 @@
 its assembly, manifests that reference earlier checkpoints, and retention."""
 from __future__ import annotations
 
+import io
 import json
 from collections import OrderedDict
 
@@ -66,6 +67,13 @@ def test_threshold_zero_writes_every_group_that_changed_at_all():
     assert "layers/lm_head.pt" not in refs and len(refs) == 3  # unchanged ones: stored once
 
 
+def _pt(value: float) -> bytes:
+    """A real layer file (a torch.save archive: verify scans every pickle it names)."""
+    buffer = io.BytesIO()
+    torch.save({"module": {"w": torch.full((3,), value)}, "optimizer_state": {}}, buffer)
+    return buffer.getvalue()
+
+
 def _checkpoint(root, step, files: dict[str, bytes], references: dict | None = None):
     directory = root / f"step-{step:06d}"
     directory.mkdir(parents=True)
@@ -84,13 +92,13 @@ def _checkpoint(root, step, files: dict[str, bytes], references: dict | None = N
 
 
 def test_a_reference_is_checked_like_a_local_file(tmp_path):
-    first, entries = _checkpoint(tmp_path, 1, {"a.json": b"{}", "layers/l0.pt": b"old layer"})
+    first, entries = _checkpoint(tmp_path, 1, {"a.json": b"{}", "layers/l0.pt": _pt(1.0)})
     ref = {"layers/l0.pt": {"checkpoint": first.name, **entries["layers/l0.pt"]}}
     second, _ = _checkpoint(tmp_path, 2, {"a.json": b"{}"}, ref)
     assert manifest_io.verify(second).references == ref
     assert json.loads((first / "manifest.json").read_text()).get("references") is None
 
-    (first / "layers/l0.pt").write_bytes(b"new layer")  # same size, other bytes
+    (first / "layers/l0.pt").write_bytes(_pt(2.0))  # same size, other bytes
     with pytest.raises(CorruptCheckpoint, match="checksum mismatch in layers/l0.pt"):
         manifest_io.verify(second)
     (first / "layers/l0.pt").unlink()
@@ -108,10 +116,59 @@ def test_a_reference_outside_the_sibling_checkpoints_is_refused(tmp_path, name, 
 
 
 def test_retention_never_deletes_a_referenced_checkpoint(tmp_path):
-    first, entries = _checkpoint(tmp_path, 1, {"a.json": b"{}", "layers/l0.pt": b"frozen"})
+    first, entries = _checkpoint(tmp_path, 1, {"a.json": b"{}", "layers/l0.pt": _pt(0.0)})
     ref = {"layers/l0.pt": {"checkpoint": first.name, **entries["layers/l0.pt"]}}
     for step in (2, 3, 4):
         _checkpoint(tmp_path, step, {"a.json": b"{}"}, ref)
     removed = commit_io.apply_retention(tmp_path, keep_last=2)
     assert [p.name for p in removed] == ["step-000002"]
     assert first.is_dir() and manifest_io.verify(tmp_path / "step-000004")
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_a_tier_copy_of_a_selective_checkpoint_carries_what_it_references(tmp_path, monkeypatch,
+                                                                         signed):
+    import threading
+
+    from ckpt import signing
+    from ckpt.content_digest import content_digest
+    from ckpt.tiers import keeper as keeper_mod
+    from ckpt.tiers.local_copy import copy_committed
+    from ckpt.tiers.peer import PeerClient
+    from ckpt.tiers.remote import fetch, upload
+
+    if signed:
+        monkeypatch.setenv("BATON_TEST_SIGNING_KEY", "k" * 32)
+        signing.configure("BATON_TEST_SIGNING_KEY")
+    try:
+        root = tmp_path / "run"
+        first, entries = _checkpoint(root, 1, {"a.json": b"{}", "layers/l0.pt": _pt(1.0)})
+        ref = {"layers/l0.pt": {"checkpoint": first.name, **entries["layers/l0.pt"]}}
+        second, _ = _checkpoint(root, 2, {"a.json": b"{}"}, ref)
+        digest = content_digest(manifest_io.verify(second))
+
+        copies = [copy_committed(second, tmp_path / "memory", keep=1)]
+        upload(second, f"file://{tmp_path / 'bucket'}", keep=1)
+        fetch(f"file://{tmp_path / 'bucket'}", second.name, tmp_path / "fetched" / second.name)
+        copies.append(tmp_path / "fetched" / second.name)
+        server = keeper_mod.KeeperServer("127.0.0.1", 0, 0, None)
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+        thread.start()
+        try:
+            with PeerClient("%s:%d" % server.server_address[:2], 5) as client:
+                client.send_checkpoint("s", second, keep=1)
+                held = client.committed("s")[second.name]
+                client.fetch("s", second.name, sorted(held), tmp_path / "peer" / second.name)
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join()
+        copies.append(tmp_path / "peer" / second.name)
+        for copy in copies:  # alone: no sibling step-000001 next to any of them
+            manifest = manifest_io.verify(copy)
+            assert manifest.references == {} and "layers/l0.pt" in manifest.files
+            assert (copy / "layers/l0.pt").read_bytes() == _pt(1.0)
+            assert content_digest(manifest) == digest
+            assert not (copy.parent / first.name).exists()
+    finally:
+        signing.configure(None)
