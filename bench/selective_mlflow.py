@@ -7,7 +7,8 @@ from pathlib import Path
 
 from bench.mlflow_log import log_run, metric_name
 
-SUMMARY = ("deviation_max", "deviation_mean", "deviation_max_to_end", "stage_s")
+SUMMARY = ("deviation_max", "deviation_mean", "mean_loss_deviation", "deviation_max_to_end",
+           "stage_s")
 
 
 def selective_metrics(result: dict) -> dict[str, float]:

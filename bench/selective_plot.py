@@ -52,6 +52,7 @@ def _deviation(ax, result: dict) -> None:
     ax.set_xlabel("step")
     ax.set_ylabel("|loss restarted - loss uninterrupted| / loss (%)")
     ax.set_title(f"loss after the restart: max {restart['deviation_max'] * 100:.3g}%, "
-                 f"mean {restart['deviation_mean'] * 100:.3g}%")
+                 f"mean {restart['deviation_mean'] * 100:.3g}%; mean loss "
+                 f"{restart['mean_loss_deviation'] * 100:.3g}%")
     ax.xaxis.get_major_locator().set_params(integer=True)  # steps, not fractions of one
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)

@@ -90,6 +90,7 @@ def summary_lines(result: dict) -> list[str]:
            "state)")
         + f": deviation over {len(restart['steps'])} steps max {percent(restart['deviation_max'])}, "
         f"mean {percent(restart['deviation_mean'])} ({verdict} {percent(restart['tolerance'])}); "
+        f"the window's mean loss deviates {percent(restart['mean_loss_deviation'])}; "
         f"max to step {s['steps']}: {percent(restart['deviation_max_to_end'])}",
         f"control, restart from the full run's {control['checkpoint']}: deviation max "
         f"{control['deviation_max']:.3g} (to step {s['steps']}: {control['deviation_max_to_end']:.3g})",

@@ -33,6 +33,11 @@ def deviation(reference: dict[int, float], restarted: dict[int, float], steps: l
         raise RuntimeError(f"bench ckpt --selective: no training loss logged for steps "
                            f"{missing[:5]} in both runs; metrics.jsonl is incomplete")
     per_step = [abs(restarted[step] - reference[step]) / reference[step] for step in steps]
+    mean_reference = statistics.fmean(reference[step] for step in steps)
+    mean_restart = statistics.fmean(restarted[step] for step in steps)
     return {"steps": steps, "loss_reference": [reference[step] for step in steps],
             "loss_restart": [restarted[step] for step in steps], "per_step": per_step,
-            "deviation_max": max(per_step), "deviation_mean": statistics.fmean(per_step)}
+            "deviation_max": max(per_step), "deviation_mean": statistics.fmean(per_step),
+            # The window's mean loss: per-step losses of 16-sample batches also carry the
+            # batch's own noise, which a perturbed trajectory samples differently.
+            "mean_loss_deviation": abs(mean_restart - mean_reference) / mean_reference}
