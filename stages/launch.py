@@ -26,8 +26,11 @@ from stages.worker_env import worker_env
 from stages.worker_output import WorkerOutput, killed_by_signal, python_error
 
 ERROR_FILE = "worker_error.json"
-PEER_LOST = ("Connection closed by peer", "Connection reset by peer")
-"""What gloo raises on a rank whose peer process died (tcp/pair.cc)."""
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+             "RendezvousConnectionError")
+"""What a rank or its torchrun agent records when another node's processes die: gloo's
+closed or reset connection (tcp/pair.cc), or the lost c10d store when that node hosted
+the rendezvous."""
 
 
 @dataclass
