@@ -141,15 +141,22 @@ def tiers_main(args) -> int:
     with stdout_to_stderr():
         result = run_tier_bench(options)
     print_tier_report(result)
-    with tempfile.TemporaryDirectory(prefix="baton-bench-out-") as scratch:
-        json_path = options.json_path or Path(scratch) / "bench-tiers.json"
-        plot_path = options.plot_path or Path(scratch) / "bench-tiers.png"
-        json_path.write_text(json.dumps(result, indent=2) + "\n")
-        write_tier_plot(result, plot_path)
-        if uri:
-            run_id = log_tiers_to_mlflow(uri, result, [json_path, plot_path])
-            print(f"[bench] logged to MLflow at {uri}: run {run_id}")
+    publish(result, options, "bench-tiers", write_tier_plot, uri and log_tiers_to_mlflow, uri)
     return 0
+
+
+def publish(result: dict, options, name: str, write_plot, log, uri: str | None) -> None:
+    """The JSON and the PNG (where asked for, else in a scratch directory), and both logged
+    to MLflow when `log` is given: with MLflow on and no path given, they are made only to
+    be logged."""
+    with tempfile.TemporaryDirectory(prefix="baton-bench-out-") as scratch:
+        json_path = options.json_path or Path(scratch) / f"{name}.json"
+        plot_path = options.plot_path or Path(scratch) / f"{name}.png"
+        json_path.write_text(json.dumps(result, indent=2) + "\n")
+        write_plot(result, plot_path)
+        if log:
+            run_id = log(uri, result, [json_path, plot_path])
+            print(f"[bench] logged to MLflow at {uri}: run {run_id}")
 
 
 def selective_main(args) -> int:
@@ -180,14 +187,8 @@ def selective_main(args) -> int:
     with stdout_to_stderr():
         result = run_selective_bench(options)
     print_selective_report(result)
-    with tempfile.TemporaryDirectory(prefix="baton-bench-out-") as scratch:
-        json_path = options.json_path or Path(scratch) / "bench-selective.json"
-        plot_path = options.plot_path or Path(scratch) / "bench-selective.png"
-        json_path.write_text(json.dumps(result, indent=2) + "\n")
-        write_selective_plot(result, plot_path)
-        if uri:
-            run_id = log_selective_to_mlflow(uri, result, [json_path, plot_path])
-            print(f"[bench] logged to MLflow at {uri}: run {run_id}")
+    publish(result, options, "bench-selective", write_selective_plot,
+            uri and log_selective_to_mlflow, uri)
     return 0
 
 
