@@ -6,6 +6,7 @@ the current micro-step. Objectives (what a batch and a loss are) live elsewhere.
 """
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -267,6 +268,12 @@ def run(launch_path: str) -> int:
     worker = StageWorker(launch)
     t0 = time.time()
     worker.resume()
+    # The imports, the model and the engine leave millions of long-lived objects, and a
+    # full collection rescans them all (0.3-0.5 s here), stalling the training step and
+    # the background saver together at unpredictable moments (often the first save).
+    # Collect once now and exempt them from later collections.
+    gc.collect()
+    gc.freeze()
     status = worker.train()
     worker.finish_saves()
     in_run_dir, in_other_tiers = worker.saves_by_place()
