@@ -33,6 +33,11 @@ def init_single_rank(parallel_cfg) -> None:
         return
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     os.environ.update(single_rank_environment())  # a bench is one rank, whatever the shell says
+    from stages.prebuild import extensions_dir
+    # The CPU comm op `make install` built, as the stage workers use it: otherwise DeepSpeed
+    # JIT-compiles it into the home cache behind a lock file, which a process killed
+    # mid-compile leaves behind for every later one to wait on forever.
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", extensions_dir())
     from stages.engine_setup import init_distributed
     init_distributed(parallel_cfg)
     atexit.register(_remove_shm_buffer, os.environ["MASTER_PORT"])
