@@ -26,9 +26,11 @@ def _per_method(ax, result: dict) -> None:
     rows = result["methods"]
     names = [r["name"] for r in rows]
     places = range(len(rows))
-    ax.barh([p + 0.2 for p in places], [r["stall_s_median"] for r in rows], height=0.4,
-            label="stall (median)", color="tab:red")
-    ax.barh([p - 0.2 for p in places], [r["durable_s_median"] for r in rows], height=0.4,
+    ax.barh([p + 0.27 for p in places], [r["stall_s_median"] for r in rows], height=0.27,
+            label="stall, nothing to hide it (median)", color="tab:red")
+    ax.barh(list(places), [r.get("step_stall_s_median", 0) for r in rows], height=0.27,
+            label="stall inside a training step (median)", color="tab:orange")
+    ax.barh([p - 0.27 for p in places], [r["durable_s_median"] for r in rows], height=0.27,
             label="until durable (median)", color="tab:blue")
     bounds = result["bounds"]
     if "memcpy_s_median" in bounds:

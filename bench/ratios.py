@@ -51,8 +51,22 @@ def add_ratios(method: dict, bound: dict, anchors: dict[str, dict], state_bytes:
         for key, anchor in anchors.items():
             out[f"stall_over_{key}_{stat}"] = stall / anchor[f"stall_s_{stat}"]
             out[f"durable_over_{key}_{stat}"] = durable / anchor[f"durable_s_{stat}"]
+        out.update(_in_step_ratios(method, stat, memcpy, anchors))
     if state_bytes:
         out["peak_extra_rss_over_state"] = method["peak_extra_rss_bytes"] / state_bytes
+    return out
+
+
+def _in_step_ratios(method: dict, stat: str, memcpy: float | None, anchors: dict) -> dict:
+    """The stall of a save inside a training step against the memcpy bound and against
+    each anchor's own stall in a step (the same rounds, the same step)."""
+    stall = method.get(f"step_stall_s_{stat}")
+    if stall is None:
+        return {}
+    out = {f"step_stall_over_memcpy_{stat}": stall / memcpy} if memcpy else {}
+    for key, anchor in anchors.items():
+        if anchor.get(f"step_stall_s_{stat}"):
+            out[f"step_stall_over_{key}_{stat}"] = stall / anchor[f"step_stall_s_{stat}"]
     return out
 
 

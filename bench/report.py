@@ -44,6 +44,27 @@ def methods_table(result: dict) -> Table:
     return table
 
 
+def in_step_table(result: dict) -> Table | None:
+    """The stall of a save inside a training step (forward and backward between the save
+    and the update), where it was measured."""
+    rows = [r for r in result["bounds"].get("rows", []) + result["methods"]
+            if r.get("step_stall_s_min") is not None]
+    if not rows:
+        return None
+    table = Table(title="Stall of a save inside a training step (save, forward+backward, "
+                  "wait before the update), min/median")
+    for column in ("method", "stall in a step s", "forward+backward s", "÷ memcpy", "÷ DS",
+                   "÷ DCP async"):
+        table.add_column(column, justify="left" if column == "method" else "right",
+                         no_wrap=column == "method")
+    for row in rows:
+        table.add_row(row["name"], pair(row, "step_stall_s"), pair(row, "step_compute_s"),
+                      pair(row, "step_stall_over_memcpy", times),
+                      pair(row, "step_stall_over_deepspeed", times),
+                      pair(row, "step_stall_over_dcp_async", times))
+    return table
+
+
 def unavailable_lines(result: dict) -> list[str]:
     return [f"unavailable here: {row['name']}: {row['reason']}" for row in result["unavailable"]]
 
@@ -95,6 +116,9 @@ def sweep_table(sweep: dict) -> Table | None:
 def print_report(result: dict) -> None:
     console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else WIDE)
     console.print(methods_table(result))
+    in_step = in_step_table(result)
+    if in_step is not None:
+        console.print(in_step)
     lines = (unavailable_lines(result) + load_lines(result["load"])
              + every_step_lines(result["every_step"]))
     for line in lines:

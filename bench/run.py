@@ -14,6 +14,7 @@ from bench.methods.baton_checkpointer import BatonSave
 from bench.methods.catalog import all_methods
 from bench.options import BenchOptions
 from bench.ratios import with_ratios
+from bench.training import TrainingStep
 
 # Checkpoint-every-step blocks: (steps per block, blocks). The large model's steps take
 # seconds, the tiny model's milliseconds.
@@ -65,7 +66,7 @@ def measure_size(size_gb: float, options: BenchOptions, workdir: Path, is_main: 
         methods = all_methods()
         try:
             outcome = run_interleaved(methods, state, workdir / f"saves-{size_gb:g}gb",
-                                      options.rounds, label)
+                                      options.rounds, label, TrainingStep(state))
             load = baton_load(methods, outcome, options.rounds, label)
         finally:
             close_all(methods)

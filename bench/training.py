@@ -33,3 +33,24 @@ def train_steps(engine, stage_cfg, steps: int, batches: TokenBatches | None = No
         loss = engine(input_ids=ids, labels=ids).loss
         engine.backward(loss)
         engine.step()
+
+
+class TrainingStep:
+    """One optimizer step of the bench state, in the two parts a save falls between: the
+    forward and backward passes (which only read the weights and the optimizer state) and
+    the update (which changes them)."""
+
+    def __init__(self, state, seed: int = 2):
+        self.engine, self.stage = state.engine, state.cfg.stage
+        self.batches = TokenBatches(self.stage, self.engine.module.config.vocab_size, seed)
+
+    def forward_backward(self) -> None:
+        micro_steps = accumulation(self.engine)
+        for index in range(micro_steps):
+            ids = self.batches.next()
+            self.engine.backward(self.engine(input_ids=ids, labels=ids).loss)
+            if index < micro_steps - 1:
+                self.engine.step()  # inside the accumulation window: no update
+
+    def update(self) -> None:
+        self.engine.step()

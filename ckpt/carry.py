@@ -34,6 +34,7 @@ def check_carry_layout(directory: str | Path, world_size: int, zero_stage: int):
 def carry_from(checkpointer, directory: str | Path, *, optimizer: bool, scheduler: bool,
                rng: bool) -> list[str]:
     """Load the requested parts into the live engine (all ranks); return what was carried."""
+    checkpointer.before_update()  # a load writes in place: a lazy save's copies land first
     directory = Path(directory)
     manifest = check_carry_layout(directory, checkpointer.world, checkpointer.layout.zero_stage)
     carried = []

@@ -20,6 +20,7 @@ from ckpt import content_hash
 from ckpt import manifest as manifest_io
 from ckpt.background_saver import BackgroundSaver
 from ckpt.cleanup import remove_leftovers
+from ckpt.deferred_copy import Copier, CopyBatch, UpdateGuard
 from ckpt.engine import BatonCheckpointEngine
 from ckpt.file_image import ALIGNMENT, DIRECT_ALIGNMENT
 from ckpt.layout import MANIFEST, step_dirname
@@ -57,6 +58,9 @@ class SaveOptions:
 
     mode: str = "async"
     """async: the step waits only for the staging copy; sync: for the whole save."""
+    snapshot: str = "lazy"
+    """async only. lazy: the staging copy runs while the next forward and backward run, and
+    the next optimizer step waits for what is left of it; eager: the save call copies."""
     writer: str = "auto"
     """native (csrc/, when built) | python | auto (native when built)."""
     max_in_flight: int = 1
@@ -103,7 +107,11 @@ class Checkpointer:
         self.layout = Layout.from_dict(parallel)
         self.options = options or SaveOptions()
         self.asynchronous = self.options.mode == "async"
-        self.pool = StagingPool(self.options.max_in_flight) if self.asynchronous else None
+        self.lazy = (self.asynchronous and self.options.snapshot == "lazy"
+                     and lazy_copies_are_safe(engine))
+        self.pool = (StagingPool(self.options.max_in_flight, lazy=self.lazy)
+                     if self.asynchronous else None)
+        self.copier, self.guard = (Copier(), UpdateGuard()) if self.lazy else (None, None)
         self.io = BatonCheckpointEngine(
             self.pool, DIRECT_ALIGNMENT if self.options.direct else ALIGNMENT)
         engine.checkpoint_engine = self.io
@@ -122,7 +130,7 @@ class Checkpointer:
         self.runner = SaveRunner(self.writer, self.root, keep_last, group, self.rank, self.world,
                                  Faults(crash_in_save_at_step, fail_write_at_step), self.hashing,
                                  self.options.hash_threads, self.options.direct)
-        self.stats: list[dict] = []
+        self._committed: list[tuple[SaveJob, Path, float]] = []
         self._reported = 0
         self.background = (BackgroundSaver(self.runner, self.pool.release, self._record)
                            if self.asynchronous else None)
@@ -149,11 +157,14 @@ class Checkpointer:
             job = self._capture(step, name, tmp, payload, slot)
         except BaseException:
             if slot is not None:
+                slot.deferred = []
                 self.pool.release(slot)
             raise
         job.started, job.slot_wait_s = started, slot_wait
         if to is not None:
             job.keep, job.after_commit = to.keep, to.after_commit
+        if slot is not None and slot.deferred:
+            self._copy_later(job, slot)
         job.stall_s = time.perf_counter() - started
         if self.background is not None:
             self.background.submit(job)
@@ -197,13 +208,36 @@ class Checkpointer:
         return SaveJob(step=step, tmp=tmp, files=list(self.io.captured), build_manifest=build,
                        slot=slot)
 
+    def _copy_later(self, job: SaveJob, slot) -> None:
+        """Lazy: the copier fills the slot; the writer (Slot.ready) and the next optimizer
+        step (the guard) wait for it, and the step's wait is this save's stall too."""
+        slot.copies, slot.deferred = CopyBatch(slot.deferred), []
+
+        def waited(seconds: float) -> None:
+            job.update_wait_s += seconds
+
+        self.guard.hold(slot.copies, waited)
+        self.copier.submit(slot.copies)
+
+    def before_update(self) -> float:
+        """Wait for the staging copies still running (what the next optimizer step does by
+        itself); returns the seconds waited. A no-op unless `ckpt.snapshot=lazy`."""
+        return self.guard.wait_all() if self.guard is not None else 0.0
+
     def _in_flight_names(self) -> set[str]:
         return self.background.in_flight() if self.background is not None else set()
 
     def _record(self, job: SaveJob, final: Path, durable_s: float) -> None:
-        self.stats.append({"step": job.step, "path": str(final), "stall_s": job.stall_s,
-                           "slot_wait_s": job.slot_wait_s, "durable_s": durable_s,
-                           "bytes": job.bytes, "tiers": job.placement})
+        self._committed.append((job, final, durable_s))
+
+    @property
+    def stats(self) -> list[dict]:
+        """One dict per committed save. Built when asked: with lazy copies the next
+        optimizer step's wait, part of the stall, may come after the commit."""
+        return [{"step": job.step, "path": str(final), "stall_s": job.stall_s + job.update_wait_s,
+                 "update_wait_s": job.update_wait_s, "slot_wait_s": job.slot_wait_s,
+                 "durable_s": durable_s, "bytes": job.bytes, "tiers": job.placement}
+                for job, final, durable_s in self._committed]
 
     def take_committed(self) -> list[dict]:
         """Stats of the saves committed since the last call (for progress lines)."""
@@ -227,9 +261,15 @@ class Checkpointer:
             self.background.drain()
 
     def close(self) -> None:
-        if self.background is not None:
-            self.background.close()
-            self.background = None
+        try:
+            if self.background is not None:
+                self.background.close()
+                self.background = None
+        finally:
+            if self.guard is not None:
+                self.guard.close()
+                self.copier.close()
+                self.guard = self.copier = None
 
     def _manifest(self, tmp: Path, step: int, files: dict, payload: SavePayload,
                   references: dict[str, str]):
@@ -247,6 +287,30 @@ class Checkpointer:
             parallel=self.parallel, mid_accumulation=payload.grad_record is not None,
             hashing=self.hashing, extra={"parent": payload.meta.get("parent"), **payload.extra},
             references=selective_references(tmp.parent, references))
+
+
+LAZY_SAFE_OPTIMIZERS = ("AdamW", "Adam", "SGD")
+"""torch optimizers that change weights and state only inside step(), and DeepSpeed's
+ZeRO wrappers around them write nothing saved before calling that step (read in
+DeepSpeed 0.19.8). Muon is not among them: its ZeRO wrappers commit momentum buffers
+before the inner step."""
+
+
+def lazy_copies_are_safe(engine) -> bool:
+    """Lazy copies rely on nothing changing the saved state before the next optimizer
+    step; for any other optimizer the save call copies (eager), and says so."""
+    import torch
+
+    inner = engine.optimizer
+    while not isinstance(inner, torch.optim.Optimizer) and hasattr(inner, "optimizer"):
+        inner = inner.optimizer
+    name = type(inner).__name__
+    safe = (type(inner).__module__.startswith("torch.optim") and name in LAZY_SAFE_OPTIMIZERS
+            and not getattr(engine.optimizer, "use_muon", False))
+    if not safe:
+        log.warning("ckpt.snapshot=lazy: the optimizer %s is not known to change the state "
+                    "only inside step(); saves copy the state in the save call (eager)", name)
+    return safe
 
 
 def optimizer_names(engine) -> list[str]:
@@ -272,6 +336,7 @@ def load_complete(checkpointer: Checkpointer, path: Path, stage: str, parallel: 
     """Verify, check compatibility, then load DeepSpeed state and baton's state (all ranks)."""
     from ckpt.compat import check_resumable
 
+    checkpointer.before_update()  # a load writes in place: a lazy save's copies land first
     # Structure, signature and compatibility now; every byte is checked as it is read
     # below (each file read once, hashed while read, parsed from the same buffer).
     manifest = check_resumable(path, stage, parallel, identity, checksums=False)

@@ -75,7 +75,10 @@ class SaveJob:
     placement: dict = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
     stall_s: float = 0.0
+    """The save call's own time (slot wait included)."""
     slot_wait_s: float = 0.0
+    update_wait_s: float = 0.0
+    """Lazy copies: what the next optimizer step waited for them (also stall)."""
 
     @property
     def bytes(self) -> int:
@@ -131,12 +134,13 @@ class SaveRunner:
         return final
 
     def _write_all(self, job: SaveJob) -> dict[str, dict]:
+        for captured in job.files:
+            captured.materialize()  # pickling needs the staged storages' sizes, not their bytes
         if job.slot is not None:
-            job.slot.ready()  # device-to-host copies landed (GPU); no-op on CPU
+            job.slot.ready()  # the staging copies landed (lazy copies, device-to-host copies)
         chunk = content_hash.chunk_bytes_of(self.hashing)
         written, directories = {}, {job.tmp}
         for captured in job.files:
-            captured.materialize()
             path = job.tmp / captured.rel
             if job.step == self.faults.fail_write_at and self.rank == 0:
                 self.faults.fail_write_at = -1

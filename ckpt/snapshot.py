@@ -70,9 +70,11 @@ class Snapshot:
         staged = torch.empty(0, dtype=tensor.dtype).set_(
             self._staged[key], tensor.storage_offset(), tensor.size(), tensor.stride())
         if type(tensor) is torch.nn.Parameter:
-            return torch.nn.Parameter(staged, requires_grad=tensor.requires_grad)
-        if tensor.requires_grad:
+            staged = torch.nn.Parameter(staged, requires_grad=tensor.requires_grad)
+        elif tensor.requires_grad:
             staged.requires_grad_(True)
+        if tensor.__dict__:  # attributes torch.save keeps (ZeRO-3's flat groups carry `ds_id`)
+            staged.__dict__.update(self.copy(tensor.__dict__))
         return staged
 
     def _opaque(self, value):

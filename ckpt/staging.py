@@ -1,7 +1,10 @@
 """The staging buffer pool: where an asynchronous save copies the state, reused every save.
 
 The training step is blocked only while storages are copied here; the background
-writer reads the copies while training changes the originals. Buffers are allocated
+writer reads the copies while training changes the originals. With `lazy` (the default,
+`ckpt.snapshot=lazy`), host storages are not copied by the save call: the stager records
+(buffer, storage) pairs in `Slot.deferred`, and ckpt.deferred_copy copies them while the
+next forward and backward run, before the next optimizer step. Buffers are allocated
 once per (slot, file, storage index) and reused while the sizes match (they do, step
 after step), so a save allocates nothing after the first: one staging copy of the state
 per in-flight save, which the bench reports as peak extra host memory.
@@ -37,18 +40,25 @@ class Slot:
     buffers: dict[str, list[torch.UntypedStorage]] = field(default_factory=dict)
     event: object = None
     """CUDA event recorded after the device-to-host copies (None on CPU)."""
+    deferred: list = field(default_factory=list)
+    """Lazy: (buffer, storage) pairs the save recorded and has not copied yet."""
+    copies: object = None
+    """Lazy: the ckpt.deferred_copy.CopyBatch filling this slot (None: copied at the save)."""
 
     def nbytes(self) -> int:
         return sum(b.nbytes() for per_file in self.buffers.values() for b in per_file)
 
     def ready(self) -> None:
-        """Block until the copies into this slot have landed (no-op on CPU)."""
+        """Block until the copies into this slot have landed."""
+        if self.copies is not None:
+            self.copies.wait()
         if self.event is not None:
             self.event.synchronize()
 
 
 class StagingPool:
-    def __init__(self, slots: int):
+    def __init__(self, slots: int, lazy: bool = False):
+        self.lazy = lazy
         self._free = [Slot(i) for i in range(max(slots, 1))]
         self._all = list(self._free)
         self._available = threading.Condition()
@@ -94,7 +104,9 @@ class StagingPool:
                 buffer = _aligned_empty(nbytes, pinned=cuda)
                 # A storage of exactly these bytes (its own start, aligned), kept for reuse.
                 staged = buffer.untyped_storage()[buffer.storage_offset():buffer.storage_offset() + nbytes]
-            if storage.device.type == "cpu":
+            if storage.device.type == "cpu" and self.lazy:
+                slot.deferred.append((staged, storage))  # copied by ckpt.deferred_copy
+            elif storage.device.type == "cpu":
                 staged.copy_(storage)
             else:
                 compute = torch.cuda.current_stream(storage.device)

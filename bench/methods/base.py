@@ -1,7 +1,7 @@
 """The contract every measured method follows, so the harness times them all alike.
 
-The harness calls `prepare` once, then per round: `save` (timed: the stall, until training
-may continue), `wait_durable` (timed from the same start: until the bytes are on stable
+The harness calls `prepare` once, then per round: `save` and `before_update` (timed: the
+stall, until training may change the state), `wait_durable` (timed from the same start: until the bytes are on stable
 storage), `saved_bytes`, `cleanup`; and `close` at the end. A method that cannot start
 here raises `Unavailable` from `prepare` (or any exception: its text is the reason).
 """
@@ -46,6 +46,10 @@ class SaveMethod:
 
     def save(self) -> None:
         raise NotImplementedError
+
+    def before_update(self) -> None:
+        """What the next optimizer step waits for (baton's lazy staging copy); default:
+        nothing, `save` returned once the state could change."""
 
     def wait_durable(self) -> None:
         """Default: `save` already made the bytes durable."""

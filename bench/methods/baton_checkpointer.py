@@ -58,6 +58,9 @@ class BatonSave(SaveMethod):
         self.saves += 1
         self.last = self.checkpointer.save(self.saves, payload(self.saves))
 
+    def before_update(self) -> None:
+        self.checkpointer.before_update()
+
     def wait_durable(self) -> None:
         self.checkpointer.drain()
 

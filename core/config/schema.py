@@ -145,6 +145,10 @@ class CkptConfig:
     """async: a save blocks training only while the state is copied into reusable staging
     buffers; writing, hashing, fsync and the commit run in the background. sync: the
     step waits for the whole save (docs/async_checkpoints.md)."""
+    snapshot: str = "lazy"
+    """async only. lazy: the save call records what to copy, and the staging copy runs while
+    the next forward and backward run; the next optimizer step waits for what is left of it.
+    eager: the save call itself copies the state (docs/async_checkpoints.md)."""
     writer: str = "auto"
     """native: the C++ writer of csrc/ (multi-threaded pwrite + sha256 without the GIL);
     python: its pure-Python twin (same bytes, same hashes); auto: native when built."""

@@ -110,6 +110,9 @@ def _ckpt_problems(c) -> list[str]:
     if c.mode not in ("async", "sync"):
         found.append(f"ckpt.mode={c.mode!r}: expected async (the default: training waits only "
                      "for the staging copy) or sync (training waits for the whole save)")
+    if c.snapshot not in ("lazy", "eager"):
+        found.append(f"ckpt.snapshot={c.snapshot!r}: expected lazy (the default: the staging "
+                     "copy overlaps the next forward and backward) or eager (the save call copies)")
     if c.writer not in ("auto", "native", "python"):
         found.append(f"ckpt.writer={c.writer!r}: expected auto, native or python")
     if c.max_in_flight < 1:

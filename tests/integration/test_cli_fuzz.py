@@ -97,6 +97,7 @@ def invocations(p: dict) -> list[list[str]]:
         ["stage", "cpt", "parallel.nodes=2", "parallel.node_rank=5", "parallel.world_size=2",
          "parallel.rdzv_endpoint=h:1", run],
         ["stage", "cpt", "ckpt.selective.threshold=-1", run],
+        ["stage", "cpt", "ckpt.snapshot=later", run], ["run", "ckpt.snapshot=", run],
         ["stage", "sft", "parallel=dp2_zero2", "ckpt.selective.threshold=0.1", run],
         ["ckpt", "tiers"], ["ckpt", "tiers", "bogus", run], ["ckpt", "keeper", "--port", "abc"],
         ["ckpt", "keeper", "--port", "70000"], ["ckpt", "keeper", "--max-bytes", "-5"],

@@ -67,6 +67,9 @@ def test_every_number_is_measured(bench):
         for key in ("stall_s_min", "stall_s_median", "durable_s_min", "durable_s_median", "bytes"):
             assert positive(row[key]), (row["name"], key)
         assert row["rounds"] == 3
+        for key in ("step_stall_s_min", "step_stall_s_median", "step_compute_s_min",
+                    "step_compute_s_median"):  # the same rounds with a training step around
+            assert positive(row[key]), (row["name"], key)
         assert row["stall_s_min"] <= row["stall_s_median"]
         assert row["durable_s_min"] >= row["stall_s_min"]  # durable is timed from the same start
         assert row["durable_s_median"] >= row["stall_s_median"]
@@ -96,6 +99,11 @@ def test_every_ratio_is_the_ratio_of_measured_numbers(bench):
             for key, anchor in ANCHORS.items():
                 expected[f"stall_over_{key}_{stat}"] = stall / rows[anchor][f"stall_s_{stat}"]
                 expected[f"durable_over_{key}_{stat}"] = durable / rows[anchor][f"durable_s_{stat}"]
+            in_step = row[f"step_stall_s_{stat}"]
+            expected[f"step_stall_over_memcpy_{stat}"] = in_step / bounds[memcpy]
+            for key, anchor in ANCHORS.items():
+                expected[f"step_stall_over_{key}_{stat}"] = (
+                    in_step / rows[anchor][f"step_stall_s_{stat}"])
         ratios = {k: v for k, v in row.items() if "_over_" in k}
         assert ratios == pytest.approx(expected, rel=1e-12), row["name"]
     assert bounds["write_s"] == min(bounds["write_python_s"], bounds["write_dd_s"])
@@ -126,6 +134,8 @@ def test_table_plot_and_mlflow_run_are_written_and_nothing_is_left(bench):
     assert "Checkpoint saves, 0.004 GB state" in proc.stdout
     assert "baton async (python writer)" in proc.stdout
     assert "round 3/3 baton sync" in proc.stderr  # one progress line per method per round
+    assert "in-step round 3/3 baton sync: stall in a step" in proc.stderr
+    assert "Stall of a save inside a training step" in proc.stdout
     png = (tmp / "bench.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
     assert list((tmp / "work").iterdir()) == []  # every checkpoint removed

@@ -86,3 +86,10 @@ def test_rl_role_settings_are_checked_together():
     assert "rl.ray.address='nohost': expected host:port" in text
     assert "parallel.zero_stage=3 with stage rl" in text
     assert "rl.replay_journal='/nonexistent/journal': no such directory" in text
+
+
+def test_an_unknown_snapshot_kind_names_both_kinds():
+    with pytest.raises(ConfigError) as err:
+        compose(["ckpt.snapshot=later"])
+    assert ("ckpt.snapshot='later': expected lazy (the default: the staging copy overlaps "
+            "the next forward and backward) or eager (the save call copies)") in str(err.value)

@@ -3,13 +3,17 @@ hands over is a copy, commits happen in order in the background, staging buffers
 reused, and a background failure surfaces at the next step boundary with `latest` kept."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
 from bench.state import build_state
+from bench.training import train_steps
 from ckpt import manifest as manifest_io
 from ckpt.checkpointer import Checkpointer, SaveOptions, SavePayload
 from ckpt.cleanup import find_leftovers
+from ckpt.deferred_copy import CopyBatch
 from ckpt.errors import CheckpointWriteFailed
 from ckpt.layout import committed_steps, read_latest
 from ckpt.reader import CheckpointReader
@@ -45,7 +49,8 @@ def _weights(path) -> dict[str, torch.Tensor]:
 
 
 def test_the_saved_state_is_the_state_at_the_save_call(state, tmp_path):
-    ck = _checkpointer(state, tmp_path, mode="async", writer="python")
+    """Eager: the save call copies, so anything may change the weights right after it."""
+    ck = _checkpointer(state, tmp_path, mode="async", writer="python", snapshot="eager")
     before = {k: v.detach().clone() for k, v in state.module.state_dict().items()}
     path = ck.save(1, _payload(1))
     with torch.no_grad():  # training goes on and changes the weights while the save is written
@@ -58,6 +63,70 @@ def test_the_saved_state_is_the_state_at_the_save_call(state, tmp_path):
     with torch.no_grad():
         for parameter in state.module.parameters():
             parameter.sub_(1.0)
+
+
+def test_a_lazy_save_holds_the_state_at_the_save_call_across_the_next_step(state, tmp_path):
+    """Lazy: the copy runs during the next forward and backward; the optimizer step, the
+    first thing that changes the state, waits for it."""
+    ck = _checkpointer(state, tmp_path, mode="async", writer="python", snapshot="lazy")
+    before = {k: v.detach().clone() for k, v in state.module.state_dict().items()}
+    moments = _moments(state)
+    path = ck.save(1, _payload(1))
+    train_steps(state.engine, state.cfg.stage, steps=1)
+    ck.close()
+    after = state.module.state_dict()
+    assert not all(torch.equal(after[k], before[k]) for k in before)  # the step changed them
+    manifest_io.verify(path)
+    saved = _weights(path)
+    assert all(torch.equal(saved[k], before[k]) for k in before)
+    saved_moments = _moments_in(path)
+    assert saved_moments and all(torch.equal(a, b) for a, b in zip(saved_moments, moments))
+
+
+def test_the_next_optimizer_step_waits_for_the_lazy_copy(state, tmp_path, monkeypatch):
+    gate = threading.Event()
+    copy_for_real = CopyBatch.run
+
+    def held_copy(batch):
+        gate.wait()  # the copy cannot finish before the test lets it
+        copy_for_real(batch)
+
+    monkeypatch.setattr(CopyBatch, "run", held_copy)
+    ck = _checkpointer(state, tmp_path, mode="async", writer="python", snapshot="lazy")
+    before = {k: v.detach().clone() for k, v in state.module.state_dict().items()}
+    path = ck.save(1, _payload(1))
+    stepped = threading.Event()
+
+    def step():
+        train_steps(state.engine, state.cfg.stage, steps=1)
+        stepped.set()
+
+    stepping = threading.Thread(target=step)
+    stepping.start()
+    try:
+        # Nothing can release the step but the copy: a bounded wait to see it is held.
+        assert not stepped.wait(timeout=1.0), "the optimizer step ran before the staging copy"
+    finally:
+        gate.set()
+        stepping.join()
+    ck.close()
+    saved = _weights(path)
+    assert all(torch.equal(saved[k], before[k]) for k in before)
+    assert ck.stats[0]["update_wait_s"] > 0.5
+    assert ck.stats[0]["stall_s"] >= ck.stats[0]["update_wait_s"]
+
+
+def _moments(state) -> list[torch.Tensor]:
+    optimizer = state.engine.optimizer
+    return [optimizer.state[p]["exp_avg"].clone() for group in optimizer.param_groups
+            for p in group["params"]]
+
+
+def _moments_in(path) -> list[torch.Tensor]:
+    reader = CheckpointReader(path)
+    model_file = next(rel for rel in reader.manifest.files if rel.endswith("model_states.pt"))
+    optimizer = reader.torch(model_file)["optimizer"]
+    return [optimizer["state"][index]["exp_avg"] for index in sorted(optimizer["state"])]
 
 
 def test_saves_commit_in_order_and_reuse_their_staging_buffers(state, tmp_path):

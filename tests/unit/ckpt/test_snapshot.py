@@ -20,11 +20,14 @@ class Scaler:  # an arbitrary object in a state dict, like DeepSpeed's loss scal
 
 def _state():
     flat = torch.randn(40)
+    tagged = torch.randn(5)
+    tagged.ds_id = 3  # an attribute torch.save pickles with the tensor, as ZeRO-3 sets
     module = OrderedDict(w=torch.randn(3, 4), b=torch.zeros(4, dtype=torch.bfloat16))
     module._metadata = OrderedDict({"": {"version": 1}})
     return {"module": module, "views": (flat[:8], flat[8:20].view(3, 4)), "flat": flat,
             "empties": [torch.empty(0), torch.empty(0)], "param": torch.nn.Parameter(torch.ones(2)),
-            "step": torch.tensor(7), "scaler": Scaler(), "meta": {"size": torch.Size([2]), "n": 3}}
+            "step": torch.tensor(7), "scaler": Scaler(), "meta": {"size": torch.Size([2]), "n": 3},
+            "tagged": tagged}
 
 
 def _file(image, buffers) -> bytes:
@@ -70,3 +73,30 @@ def test_tensors_hidden_inside_objects_are_refused(stager):
     holder.history = [torch.ones(2)]
     with pytest.raises(Unsupported):
         snapshot({"scaler": holder}, stager)
+
+
+def test_a_lazy_stager_pairs_storages_and_copies_nothing_yet():
+    pool = StagingPool(1, lazy=True)
+    slot = pool.acquire()
+    state = _state()
+    copy = snapshot(state, pool.stager(slot, "model_states.pt"))
+    assert len(slot.deferred) == len({t.untyped_storage()._cdata for t in _tensors(state)})
+    state["flat"].add_(1.0)  # before the copy runs, a change still reaches the buffers
+    from ckpt.deferred_copy import CopyBatch
+
+    batch = CopyBatch(slot.deferred)
+    batch.run()
+    assert batch.wait() == 0.0
+    assert torch.equal(copy["flat"], state["flat"])
+    assert copy["tagged"].ds_id == 3
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)

@@ -1,0 +1,124 @@
+"""Staging copies that run while the next step's forward and backward run (`ckpt.snapshot=lazy`).
+
+Forward and backward only read the weights and the optimizer state; only the optimizer
+step writes them. So the copy into the staging pool need not block the save call: the
+training thread records which storage goes into which staging buffer, a copier thread
+copies them, and the next optimizer step waits until the copies have landed (a global
+optimizer-step pre-hook, so no call site can forget it). The step therefore waits only
+for whatever part of the copy the forward and backward did not hide, which is what
+DataStates-LLM's lazy snapshots do.
+
+The copies use tensor `copy_`, which releases the GIL (a storage's `copy_` holds it), so
+the training thread keeps running Python while they run.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+
+def _bytes_of(storage: torch.UntypedStorage) -> torch.Tensor:
+    return torch.empty(0, dtype=torch.uint8).set_(storage)
+
+
+class CopyBatch:
+    """The copies of one save: (staged buffer, live storage) pairs, done once `done` is set."""
+
+    def __init__(self, pairs: list[tuple[torch.UntypedStorage, torch.UntypedStorage]]):
+        self.pairs = pairs
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.copy_s = 0.0
+
+    def nbytes(self) -> int:
+        return sum(dst.nbytes() for dst, _ in self.pairs)
+
+    def run(self) -> None:
+        started = time.perf_counter()
+        try:
+            for dst, src in self.pairs:
+                _bytes_of(dst).copy_(_bytes_of(src))
+        except BaseException as exc:  # noqa: BLE001 - re-raised where the copies are awaited
+            self.error = exc
+        finally:
+            self.pairs = []  # the live storages are no longer needed
+            self.copy_s = time.perf_counter() - started
+            self.done.set()
+
+    def wait(self) -> float:
+        """Block until the copies landed; returns the seconds waited, raises their failure."""
+        if self.done.is_set():
+            waited = 0.0
+        else:
+            started = time.perf_counter()
+            self.done.wait()
+            waited = time.perf_counter() - started
+        if self.error is not None:
+            raise RuntimeError("staging copy of a checkpoint failed") from self.error
+        return waited
+
+
+class Copier:
+    """One thread running batches in submission order."""
+
+    def __init__(self):
+        self._batches: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="baton-ckpt-copier", daemon=True)
+        self._thread.start()
+
+    def submit(self, batch: CopyBatch) -> None:
+        self._batches.put(batch)
+
+    def _loop(self) -> None:
+        while True:
+            batch = self._batches.get()
+            if batch is None:
+                return
+            batch.run()
+
+    def close(self) -> None:
+        self._batches.put(None)
+        self._thread.join()
+
+
+class UpdateGuard:
+    """Holds every optimizer step of this process until the outstanding copies landed.
+
+    `hold(batch, on_wait)` registers a batch; the next optimizer step (any optimizer: the
+    pre-hook is global) waits for it and reports the seconds it waited to `on_wait`, which
+    counts them as that save's stall. `wait_all()` does the same outside an optimizer step.
+    """
+
+    def __init__(self):
+        self._held: list[tuple[CopyBatch, object]] = []
+        self._lock = threading.Lock()
+        self._handle = register_optimizer_step_pre_hook(self._before_step)
+
+    def hold(self, batch: CopyBatch, on_wait) -> None:
+        with self._lock:
+            self._held.append((batch, on_wait))
+
+    def outstanding(self) -> bool:
+        with self._lock:
+            return any(not batch.done.is_set() for batch, _ in self._held)
+
+    def wait_all(self) -> float:
+        with self._lock:
+            held, self._held = self._held, []
+        total = 0.0
+        for batch, on_wait in held:
+            waited = batch.wait()
+            on_wait(waited)
+            total += waited
+        return total
+
+    def _before_step(self, optimizer, args, kwargs) -> None:
+        self.wait_all()
+
+    def close(self) -> None:
+        self.wait_all()
+        self._handle.remove()
