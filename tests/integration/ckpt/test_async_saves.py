@@ -13,7 +13,7 @@ from bench.training import train_steps
 from ckpt import manifest as manifest_io
 from ckpt.checkpointer import Checkpointer, SaveOptions, SavePayload
 from ckpt.cleanup import find_leftovers
-from ckpt.deferred_copy import CopyBatch
+from ckpt.deferred_copy import CopyBatch, UpdateGuard
 from ckpt.errors import CheckpointWriteFailed
 from ckpt.layout import committed_steps, read_latest
 from ckpt.reader import CheckpointReader
@@ -84,14 +84,19 @@ def test_a_lazy_save_holds_the_state_at_the_save_call_across_the_next_step(state
 
 
 def test_the_next_optimizer_step_waits_for_the_lazy_copy(state, tmp_path, monkeypatch):
-    gate = threading.Event()
-    copy_for_real = CopyBatch.run
+    gate, reached = threading.Event(), threading.Event()
+    copy_for_real, wait_for_real = CopyBatch.run, UpdateGuard.wait_all
 
     def held_copy(batch):
         gate.wait()  # the copy cannot finish before the test lets it
         copy_for_real(batch)
 
+    def guard_reached(guard):
+        reached.set()  # the optimizer step has come to the guard
+        return wait_for_real(guard)
+
     monkeypatch.setattr(CopyBatch, "run", held_copy)
+    monkeypatch.setattr(UpdateGuard, "wait_all", guard_reached)
     ck = _checkpointer(state, tmp_path, mode="async", writer="python", snapshot="lazy")
     before = {k: v.detach().clone() for k, v in state.module.state_dict().items()}
     path = ck.save(1, _payload(1))
@@ -104,15 +109,16 @@ def test_the_next_optimizer_step_waits_for_the_lazy_copy(state, tmp_path, monkey
     stepping = threading.Thread(target=step)
     stepping.start()
     try:
-        # Nothing can release the step but the copy: a bounded wait to see it is held.
-        assert not stepped.wait(timeout=1.0), "the optimizer step ran before the staging copy"
+        assert reached.wait(timeout=120), "the optimizer step never reached the guard"
+        # Nothing can release the step now but the copy: a bounded wait to see it is held.
+        assert not stepped.wait(timeout=0.5), "the optimizer step ran before the staging copy"
     finally:
         gate.set()
         stepping.join()
     ck.close()
     saved = _weights(path)
     assert all(torch.equal(saved[k], before[k]) for k in before)
-    assert ck.stats[0]["update_wait_s"] > 0.5
+    assert ck.stats[0]["update_wait_s"] >= 0.5
     assert ck.stats[0]["stall_s"] >= ck.stats[0]["update_wait_s"]
 
 
