@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
 from ckpt import commit as commit_io
@@ -299,8 +300,6 @@ before the inner step."""
 def lazy_copies_are_safe(engine) -> bool:
     """Lazy copies rely on nothing changing the saved state before the next optimizer
     step; for any other optimizer the save call copies (eager), and says so."""
-    import torch
-
     inner = engine.optimizer
     while not isinstance(inner, torch.optim.Optimizer) and hasattr(inner, "optimizer"):
         inner = inner.optimizer

@@ -20,9 +20,7 @@ import time
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-
-def _bytes_of(storage: torch.UntypedStorage) -> torch.Tensor:
-    return torch.empty(0, dtype=torch.uint8).set_(storage)
+from ckpt.file_image import as_bytes
 
 
 class CopyBatch:
@@ -32,21 +30,15 @@ class CopyBatch:
         self.pairs = pairs
         self.done = threading.Event()
         self.error: BaseException | None = None
-        self.copy_s = 0.0
-
-    def nbytes(self) -> int:
-        return sum(dst.nbytes() for dst, _ in self.pairs)
 
     def run(self) -> None:
-        started = time.perf_counter()
         try:
             for dst, src in self.pairs:
-                _bytes_of(dst).copy_(_bytes_of(src))
+                as_bytes(dst).copy_(as_bytes(src))
         except BaseException as exc:  # noqa: BLE001 - re-raised where the copies are awaited
             self.error = exc
         finally:
             self.pairs = []  # the live storages are no longer needed
-            self.copy_s = time.perf_counter() - started
             self.done.set()
 
     def wait(self) -> float:
@@ -101,10 +93,6 @@ class UpdateGuard:
     def hold(self, batch: CopyBatch, on_wait) -> None:
         with self._lock:
             self._held.append((batch, on_wait))
-
-    def outstanding(self) -> bool:
-        with self._lock:
-            return any(not batch.done.is_set() for batch, _ in self._held)
 
     def wait_all(self) -> float:
         with self._lock:

@@ -1,8 +1,8 @@
 """The contract every measured method follows, so the harness times them all alike.
 
 The harness calls `prepare` once, then per round: `save` and `before_update` (timed: the
-stall, until training may change the state), `wait_durable` (timed from the same start: until the bytes are on stable
-storage), `saved_bytes`, `cleanup`; and `close` at the end. A method that cannot start
+stall, until training may change the state), `wait_durable` (timed from the same start:
+until the bytes are on stable storage), `saved_bytes`, `cleanup`; and `close` at the end. A method that cannot start
 here raises `Unavailable` from `prepare` (or any exception: its text is the reason).
 """
 from __future__ import annotations
