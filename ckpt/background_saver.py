@@ -4,6 +4,9 @@ Jobs run one after another in submission order, so commits (and `latest`) advanc
 step order. The first failure is kept and raised on the training thread at its next
 step boundary (`raise_if_failed`), at `drain`, or at the next save: never silently
 dropped. Saves queued behind a failed one are discarded, not committed.
+
+After a commit the thread deletes the checkpoints retention retired; `wait_committed`
+returns before that, `drain` after.
 """
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ class BackgroundSaver:
         self._jobs: queue.Queue = queue.Queue()
         self._idle = threading.Condition()
         self._pending = 0
+        self._unsettled = 0
+        """Submitted saves neither committed nor failed yet."""
         self._pending_dirs: list[str] = []
         self.failure: BaseException | None = None
         """The first failure, until raised on the training thread."""
@@ -36,6 +41,7 @@ class BackgroundSaver:
     def submit(self, job: SaveJob) -> None:
         with self._idle:
             self._pending += 1
+            self._unsettled += 1
             self._pending_dirs.append(job.tmp.name)
         self._jobs.put(job)
 
@@ -49,6 +55,7 @@ class BackgroundSaver:
             job = self._jobs.get()
             if job is None:
                 return
+            settled = False
             try:
                 if self._failed:
                     # After a failure no later save may commit (`latest` would move past
@@ -58,6 +65,8 @@ class BackgroundSaver:
                     continue
                 final = self.runner.run(job)
                 self._on_done(job, final, time.perf_counter() - job.started)
+                settled = self._settle()
+                self.runner.free_discarded()
             except BaseException as exc:  # noqa: BLE001 - surfaced on the training thread
                 if not isinstance(exc, CheckpointWriteFailed):
                     log.exception("background checkpoint save of step %d failed", job.step)
@@ -65,10 +74,18 @@ class BackgroundSaver:
             finally:
                 if job.slot is not None:
                     self._release(job.slot)
+                if not settled:
+                    self._settle()
                 with self._idle:
                     self._pending -= 1
                     self._pending_dirs.remove(job.tmp.name)
                     self._idle.notify_all()
+
+    def _settle(self) -> bool:
+        with self._idle:
+            self._unsettled -= 1
+            self._idle.notify_all()
+        return True
 
     def _fail(self, exc: BaseException) -> None:
         with self._idle:
@@ -89,9 +106,16 @@ class BackgroundSaver:
             raise failure
 
     def drain(self) -> None:
-        """Block until every submitted save is committed (or failed); raise a failure."""
+        """Block until every submitted save is committed (or failed) and its retention
+        done; raise a failure."""
         with self._idle:
             self._idle.wait_for(lambda: self._pending == 0)
+        self.raise_if_failed()
+
+    def wait_committed(self) -> None:
+        """Block until every submitted save is committed (or failed); raise a failure."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._unsettled == 0)
         self.raise_if_failed()
 
     def close(self) -> None:

@@ -130,7 +130,8 @@ class Checkpointer:
         self.hashing = content_hash.scheme(self.options.chunk_bytes, alg)
         self.runner = SaveRunner(self.writer, self.root, keep_last, group, self.rank, self.world,
                                  Faults(crash_in_save_at_step, fail_write_at_step), self.hashing,
-                                 self.options.hash_threads, self.options.direct)
+                                 self.options.hash_threads, self.options.direct,
+                                 release_slot=self.pool.release if self.pool else None)
         self._committed: list[tuple[SaveJob, Path, float]] = []
         self._reported = 0
         self.background = (BackgroundSaver(self.runner, self.pool.release, self._record)
@@ -172,6 +173,7 @@ class Checkpointer:
             return tmp.with_name(name)
         final = self.runner.run(job)
         self._record(job, final, time.perf_counter() - started)
+        self.runner.free_discarded()
         return final
 
     def _capture(self, step: int, name: str, tmp: Path, payload: SavePayload, slot) -> SaveJob:
@@ -210,8 +212,9 @@ class Checkpointer:
                        slot=slot)
 
     def _copy_later(self, job: SaveJob, slot) -> None:
-        """Lazy: the copier fills the slot; the writer (Slot.ready) and the next optimizer
-        step (the guard) wait for it, and the step's wait is this save's stall too."""
+        """Lazy: the copier fills the slot; the writer (piece by piece, ckpt.writers.gate)
+        and the next optimizer step (the guard) wait for it, and the step's wait is this
+        save's stall too."""
         slot.copies, slot.deferred = CopyBatch(slot.deferred), []
 
         def waited(seconds: float) -> None:
@@ -256,10 +259,17 @@ class Checkpointer:
         return self.background is not None and self.background.failed()
 
     def drain(self) -> None:
-        """Wait until every save in flight is committed; raise the first failure. The end of
-        a stage, a preemption and a handoff call it before anything reads `latest`."""
+        """Wait until every save in flight is committed and its retention done; raise the
+        first failure. The end of a stage, a preemption and a handoff call it before
+        anything reads `latest`."""
         if self.background is not None:
             self.background.drain()
+
+    def wait_committed(self) -> None:
+        """Wait until every save in flight is committed (durable, `latest` moved), not for
+        the deletion of the checkpoints retention retired; raise the first failure."""
+        if self.background is not None:
+            self.background.wait_committed()
 
     def close(self) -> None:
         try:

@@ -9,7 +9,9 @@ for whatever part of the copy the forward and backward did not hide, which is wh
 DataStates-LLM's lazy snapshots do.
 
 The copies use tensor `copy_`, which releases the GIL (a storage's `copy_` holds it), so
-the training thread keeps running Python while they run.
+the training thread keeps running Python while they run. They go in pieces of COPY_PIECE
+bytes and count what landed per buffer (`CopyBatch.progress`), so the writer can write
+each piece as soon as it is copied (ckpt.writers.gate) instead of after the whole copy.
 """
 from __future__ import annotations
 
@@ -21,6 +23,11 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from ckpt.file_image import as_bytes
+from ckpt.writers.gate import CopyProgress, SegmentGate
+
+COPY_PIECE = 32 << 20
+"""Bytes copied between two progress marks: small enough that the writer starts early,
+large enough that the marks cost nothing next to the copy."""
 
 
 class CopyBatch:
@@ -28,15 +35,22 @@ class CopyBatch:
 
     def __init__(self, pairs: list[tuple[torch.UntypedStorage, torch.UntypedStorage]]):
         self.pairs = pairs
+        self.staged = [dst for dst, _ in pairs]
+        self.progress = CopyProgress(len(pairs))
         self.done = threading.Event()
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            for dst, src in self.pairs:
-                as_bytes(dst).copy_(as_bytes(src))
+            for index, (dst, src) in enumerate(self.pairs):
+                target, source, nbytes = as_bytes(dst), as_bytes(src), dst.nbytes()
+                for start in range(0, nbytes, COPY_PIECE):
+                    end = min(start + COPY_PIECE, nbytes)
+                    target[start:end].copy_(source[start:end])
+                    self.progress.advance(index, end)
         except BaseException as exc:  # noqa: BLE001 - re-raised where the copies are awaited
             self.error = exc
+            self.progress.fail()
         finally:
             self.pairs = []  # the live storages are no longer needed
             self.done.set()
@@ -52,6 +66,14 @@ class CopyBatch:
         if self.error is not None:
             raise RuntimeError("staging copy of a checkpoint failed") from self.error
         return waited
+
+    def gate(self, segments: list[tuple[int, object]]) -> SegmentGate:
+        """For a file's (offset, buffer) segments: which of these copies each one waits for
+        (-1: a piece the pickler wrote, or a buffer of no copy of this batch)."""
+        index_of = {staged.data_ptr(): index for index, staged in enumerate(self.staged)}
+        sources = [index_of.get(buffer.data_ptr(), -1) if isinstance(buffer, torch.Tensor) else -1
+                   for _, buffer in segments]
+        return SegmentGate(self.progress, sources)
 
 
 class Copier:

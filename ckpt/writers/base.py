@@ -20,7 +20,8 @@ class Writer(Protocol):
 
     def write_file(self, path: str, size: int, segments: Sequence[tuple[int, object]], *,
                    chunk_bytes: int, threads: int, direct: bool = False,
-                   fsync: bool = True) -> list[str]:
+                   fsync: bool = True, alg: str = "sha256",
+                   gate=None) -> list[str]:
         """Create/truncate `path`, write every (offset, buffer) segment from `threads`
         threads, hash each chunk of `chunk_bytes` of the final bytes with sha256
         (ckpt.content_hash chunking), start writeback per chunk, fsync when `fsync`, and
@@ -30,5 +31,7 @@ class Writer(Protocol):
         otherwise); a buffer is anything with the buffer protocol or a contiguous CPU
         torch Tensor / UntypedStorage. With `direct`, pieces whose offset, address and
         length are ALIGN-aligned go through an O_DIRECT descriptor (buffered where the
-        filesystem refuses it). Errors raise OSError with errno and filename=path."""
+        filesystem refuses it). With a `gate` (ckpt.writers.gate.SegmentGate), each piece
+        is written only once the copy filling its buffer has passed it, and a failed copy
+        raises OSError(ECANCELED). Errors raise OSError with errno and filename=path."""
         ...

@@ -11,6 +11,7 @@ import os
 from typing import Sequence
 
 from ckpt.content_hash import ALG, hasher_for
+from ckpt.writers.gate import SegmentGate
 from ckpt.writers.segments import check_arguments, checked_views
 
 
@@ -32,9 +33,13 @@ class NativeWriter:
 
     def write_file(self, path, size: int, segments: Sequence[tuple[int, object]], *,
                    chunk_bytes: int, threads: int, direct: bool = False,
-                   fsync: bool = True, alg: str = ALG) -> list[str]:
+                   fsync: bool = True, alg: str = ALG, gate: SegmentGate | None = None) -> list[str]:
         check_arguments(size, chunk_bytes, threads)
         hasher_for(alg)  # the same refusal of an unknown algorithm as the twin
         views = checked_views(size, segments)  # held here until the call returns
+        landed = sources = None
+        if gate is not None:
+            gate.check(len(views))
+            landed, sources = gate.progress.landed, gate.sources
         return self._extension.write_file(os.fspath(path), size, views, chunk_bytes,
-                                          threads, direct, fsync, alg)
+                                          threads, direct, fsync, alg, landed, sources)

@@ -23,6 +23,7 @@ import numpy as np
 from ckpt.content_hash import chunk_ranges
 from ckpt.content_hash import ALG, hasher_for
 from ckpt.writers.base import ALIGN, PIECE_BYTES
+from ckpt.writers.gate import SegmentGate
 from ckpt.writers.segments import check_arguments, checked_views
 
 SYNC_FILE_RANGE_WRITE = 2
@@ -33,27 +34,29 @@ class PythonWriter:
 
     def write_file(self, path, size: int, segments: Sequence[tuple[int, object]], *,
                    chunk_bytes: int, threads: int, direct: bool = False,
-                   fsync: bool = True, alg: str = ALG) -> list[str]:
+                   fsync: bool = True, alg: str = ALG, gate: SegmentGate | None = None) -> list[str]:
         check_arguments(size, chunk_bytes, threads)
         new_hasher = hasher_for(alg)
         views = checked_views(size, segments)
+        if gate is not None:
+            gate.check(len(views))
         path = os.fspath(path)
         try:
-            return _write(path, size, views, chunk_bytes, threads, direct, fsync, new_hasher)
+            return _write(path, size, views, chunk_bytes, threads, direct, fsync, new_hasher, gate)
         except OSError as exc:
             if exc.filename is not None:
                 raise
             raise OSError(exc.errno, exc.strerror, path) from exc
 
 
-def _write(path, size, views, chunk_bytes, threads, direct, fsync, new_hasher) -> list[str]:
+def _write(path, size, views, chunk_bytes, threads, direct, fsync, new_hasher, gate) -> list[str]:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     direct_fd = -1
     try:
         if stat.S_ISREG(os.fstat(fd).st_mode):  # a device such as /dev/full has no size
             os.ftruncate(fd, size)  # inside i_size, parallel O_DIRECT writes share a lock
         direct_fd = _open_direct(path) if direct else -1
-        job = _FileJob(fd, direct_fd, views, chunk_ranges(size, chunk_bytes), new_hasher)
+        job = _FileJob(fd, direct_fd, views, chunk_ranges(size, chunk_bytes), new_hasher, gate)
         digests = job.run(threads)
         if fsync:
             os.fsync(fd)
@@ -77,8 +80,8 @@ def _open_direct(path: str) -> int:
 class _FileJob:
     """One file's chunks, written by whichever thread takes each."""
 
-    def __init__(self, fd: int, direct_fd: int, views, ranges, new_hasher):
-        self.fd, self.direct_fd, self.ranges = fd, direct_fd, ranges
+    def __init__(self, fd: int, direct_fd: int, views, ranges, new_hasher, gate=None):
+        self.fd, self.direct_fd, self.ranges, self.gate = fd, direct_fd, ranges, gate
         self.new_hasher = new_hasher
         self.views = views
         self.starts = [offset for offset, _ in views]
@@ -112,6 +115,8 @@ class _FileJob:
             for pos in range(lo, hi, PIECE_BYTES):
                 n = min(PIECE_BYTES, hi - pos)
                 piece = view[pos - seg_offset:pos - seg_offset + n]
+                if self.gate is not None:  # the copy into this buffer may still be running
+                    self.gate.wait(i, pos - seg_offset + n)
                 self._write_piece(piece, pos, i)
                 sha.update(piece)
         if end > start:
