@@ -4,12 +4,22 @@ divided by the throughput with none, in alternating blocks on the same engine.
 A block with saves is timed from its first step to the return of its last save; the
 saves still in flight then are drained before the next block (a block without saves must
 not pay for them), so the figure is the steady state of a long run.
+
+A third kind of block, interleaved with the two, measures the bound: after each step the
+state's bytes are copied into one preallocated buffer and a background thread writes
+them to one file and fsyncs it, one save in flight. No checkpoint can save the same
+bytes durably every step for less; the gap between the two ratios is what baton's own
+work (structure, many files, the commit) costs on this machine.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import torch
 
 from bench.console import progress, stdout_to_stderr
 from bench.methods.baton_checkpointer import payload, save_options
@@ -40,31 +50,83 @@ class SavingTrainer:
             self.checkpointer.save(self.step, payload(self.step, self.tokens_per_step))
 
 
+class RawWriteEveryStep:
+    """The bound: copy the state's bytes into one reused buffer (the step waits for that),
+    then write them to one file and fsync it on a background thread, one in flight."""
+
+    def __init__(self, state, directory: Path):
+        self.tensors = [t.detach() for t in state.tensors()]
+        sizes = [t.numel() * t.element_size() for t in self.tensors]
+        self.buffer = torch.empty(sum(sizes), dtype=torch.uint8)
+        self.views = list(torch.split(self.buffer, sizes))
+        self.path = Path(directory) / "raw-every-step.bin"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.writer = ThreadPoolExecutor(1, thread_name_prefix="bench-raw-write")
+        self.pending = None
+
+    def save(self) -> None:
+        self.drain()  # one in flight, as baton's ckpt.max_in_flight=1
+        for view, tensor in zip(self.views, self.tensors):
+            view.copy_(tensor.reshape(-1).view(torch.uint8))
+        self.pending = self.writer.submit(self._write)
+
+    def _write(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            data = memoryview(self.buffer.numpy())
+            while data.nbytes:
+                data = data[os.write(fd, data):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def drain(self) -> None:
+        if self.pending is not None:
+            self.pending, pending = None, self.pending
+            pending.result()
+
+    def close(self) -> None:
+        self.drain()
+        self.writer.shutdown()
+        self.path.unlink(missing_ok=True)
+
+
 def run_every_step(state, directory: Path, mode: str, steps_per_block: int, blocks: int,
                    label: str) -> dict:
     with stdout_to_stderr():
         trainer = SavingTrainer(state, directory, mode)
+    bound = RawWriteEveryStep(state, directory)
+
+    def train_and_write(steps: int) -> None:
+        for _ in range(steps):
+            trainer.train(1)
+            bound.save()
+
     try:
         with stdout_to_stderr():
             trainer.train_and_save(1)  # warm-up: the first save allocates the staging buffers
             trainer.checkpointer.drain()
-        without, with_saves = [], []
+        without, with_saves, with_bound = [], [], []
         for index in range(blocks):
             with stdout_to_stderr():
                 without.append(_timed(trainer.train, steps_per_block))
                 with_saves.append(_timed(trainer.train_and_save, steps_per_block))
                 trainer.checkpointer.drain()
+                with_bound.append(_timed(train_and_write, steps_per_block))
+                bound.drain()
             progress(f"{label} every-step block {index + 1}/{blocks} ({mode}): "
                      f"{steps_per_block / without[-1]:.3g} steps/s without saves, "
-                     f"{steps_per_block / with_saves[-1]:.3g} with a save every step")
+                     f"{steps_per_block / with_saves[-1]:.3g} with a save every step, "
+                     f"{steps_per_block / with_bound[-1]:.3g} with the bound's write")
     finally:
         with stdout_to_stderr():
             trainer.checkpointer.close()
-    return summary(trainer, state, steps_per_block, without, with_saves)
+        bound.close()
+    return summary(trainer, state, steps_per_block, without, with_saves, with_bound)
 
 
 def summary(trainer: SavingTrainer, state, steps_per_block: int, without: list[float],
-            with_saves: list[float]) -> dict:
+            with_saves: list[float], with_bound: list[float]) -> dict:
     stats = trainer.checkpointer.stats[1:]  # the warm-up save is not one of the measured
     steps = steps_per_block * len(without)
     return {
@@ -75,6 +137,10 @@ def summary(trainer: SavingTrainer, state, steps_per_block: int, without: list[f
         "steps_per_s_with_saves": steps / sum(with_saves),
         "throughput_ratio": sum(without) / sum(with_saves),
         "block_ratios": [w / s for w, s in zip(without, with_saves)],
+        "steps_per_s_with_bound": steps / sum(with_bound),
+        # The same with only a memcpy + one raw write + fsync of the state's bytes every step.
+        "bound_throughput_ratio": sum(without) / sum(with_bound),
+        "bound_block_ratios": [w / b for w, b in zip(without, with_bound)],
         "step_s_median": statistics.median(without) / steps_per_block,
         "save_stall_s_median": statistics.median(s["stall_s"] for s in stats),
         "save_slot_wait_s_median": statistics.median(s["slot_wait_s"] for s in stats),

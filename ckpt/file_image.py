@@ -66,7 +66,13 @@ class _Recorder:
 
     def write(self, data) -> int:
         view = memoryview(data)
-        self.image.pieces.append((self.position, bytes(view)))
+        pieces = self.image.pieces
+        if pieces and pieces[-1][0] + len(pieces[-1][1]) == self.position:
+            # One piece per run of torch's writes (hundreds of small zip headers per file):
+            # every piece costs the writers a segment, and a pwrite in the Python twin.
+            pieces[-1][1].extend(view)
+        else:
+            pieces.append((self.position, bytearray(view)))
         self.position += view.nbytes
         return view.nbytes
 
@@ -124,6 +130,7 @@ def image_of(obj, alignment: int = ALIGNMENT) -> FileImage:
     finally:
         config.save.storage_alignment, config.save.compute_crc32 = saved
     image.size = recorder.position
+    image.pieces = [(offset, bytes(piece)) for offset, piece in image.pieces]
     image.storages = [s for s in found if s.nbytes() > 0]
     sizes = [n for _, n in image.holes]
     if sizes != [s.nbytes() for s in image.storages]:

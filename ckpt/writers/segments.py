@@ -34,6 +34,9 @@ def byte_view(buffer) -> memoryview:
 
 
 def _tensor_bytes(tensor, uint8):
+    if tensor.dtype == uint8 and tensor.dim() == 1 and not tensor.requires_grad \
+            and tensor.device.type == "cpu" and tensor.is_contiguous():
+        return tensor.numpy()  # a staging buffer's bytes (ckpt.file_image.as_bytes): as they are
     if tensor.device.type != "cpu" or not tensor.is_contiguous():
         raise ValueError(f"segment buffer must be a contiguous CPU tensor, got one on "
                          f"{tensor.device} with strides {tuple(tensor.stride())}")
