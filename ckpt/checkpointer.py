@@ -190,7 +190,8 @@ class Checkpointer:
                 commit_io.clear_stale_tmp(root, name)
                 for leftover in remove_leftovers(root):
                     log.warning("removed %s: %s", leftover.path, leftover.why)
-        dist.barrier()
+        if self.world > 1:  # the others write only after rank 0's clean-up (alone: no wait)
+            dist.barrier()
         self.io.begin_save(tmp, slot)
         self.engine.save_checkpoint(str(root), tag=tmp.name, save_latest=False)
         self.io.save_json(tmp / rng_file(self.rank), payload.rng)
