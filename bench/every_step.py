@@ -13,7 +13,6 @@ work (structure, many files, the commit) costs on this machine.
 """
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +21,7 @@ from pathlib import Path
 import torch
 
 from bench.console import progress, stdout_to_stderr
+from bench.methods.bounds import write_and_fsync
 from bench.methods.baton_checkpointer import payload, save_options
 from bench.training import TokenBatches, accumulation, train_steps
 
@@ -71,14 +71,7 @@ class RawWriteEveryStep:
         self.pending = self.writer.submit(self._write)
 
     def _write(self) -> None:
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            data = memoryview(self.buffer.numpy())
-            while data.nbytes:
-                data = data[os.write(fd, data):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_and_fsync(self.path, [memoryview(self.buffer.numpy())])
 
     def drain(self) -> None:
         if self.pending is not None:

@@ -22,6 +22,20 @@ def raw_bytes(tensor: torch.Tensor) -> memoryview:
     return memoryview(flat.numpy())
 
 
+def write_and_fsync(path, views) -> None:
+    """Write the byte views one after another to `path` in SLICE-sized calls, then fsync."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for view in views:
+            for start in range(0, view.nbytes, SLICE):
+                piece = view[start:start + SLICE]
+                while piece.nbytes:
+                    piece = piece[os.write(fd, piece):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class MemcpyBound(SaveMethod):
     name = MEMCPY
     bound = True
@@ -56,17 +70,7 @@ class PythonWriteBound(SaveMethod):
         self.sources = state.tensors()
 
     def save(self) -> None:
-        fd = os.open(self.next_path(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            for tensor in self.sources:
-                view = raw_bytes(tensor)
-                for start in range(0, view.nbytes, SLICE):
-                    piece = view[start:start + SLICE]
-                    while piece.nbytes:
-                        piece = piece[os.write(fd, piece):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_and_fsync(self.next_path(), (raw_bytes(tensor) for tensor in self.sources))
 
     def close(self) -> None:
         self.sources = []

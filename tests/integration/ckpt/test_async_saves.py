@@ -153,6 +153,23 @@ def test_saves_commit_in_order_and_reuse_their_staging_buffers(state, tmp_path):
     assert all(s["stall_s"] <= s["durable_s"] for s in ck.stats)
 
 
+def test_wait_committed_returns_at_the_commit_and_drain_after_retention(state, tmp_path):
+    ck = Checkpointer(state.engine, tmp_path, "cpt", state.layout, keep_last=1,
+                      options=SaveOptions(mode="async"))
+    ck.save(1, _payload(1))
+    ck.drain()
+    ck.save(2, _payload(2))
+    ck.wait_committed()
+    # Committed: step 2 is `latest` and step 1 is out of the step namespace (retention
+    # renamed it inside the commit); freeing its bytes may still be under way.
+    assert read_latest(tmp_path).name == "step-000002"
+    assert [p.name for p in committed_steps(tmp_path)] == ["step-000002"]
+    ck.drain()
+    assert find_leftovers(tmp_path) == []  # no step-000001.deleting left once drained
+    ck.close()
+    assert [s["step"] for s in ck.stats] == [1, 2]
+
+
 def test_a_background_failure_surfaces_at_the_next_step_and_keeps_latest(state, tmp_path):
     ck = _checkpointer(state, tmp_path, mode="async", writer="python", fail_write_at_step=2)
     ck.save(1, _payload(1))

@@ -39,6 +39,19 @@ def test_retention_keeps_the_newest_even_with_keep_last_zero(tmp_path):
     assert [p.name for p in committed_steps(tmp_path)] == ["step-000004"]
 
 
+def test_deferred_retention_renames_out_of_the_step_namespace_and_deletes_later(tmp_path):
+    for step in (1, 2, 3):
+        _fake_checkpoint(tmp_path, step)
+    deferred = []
+    removed = commit.apply_retention(tmp_path, keep_last=1, deferred=deferred)
+    assert [p.name for p in removed] == ["step-000001", "step-000002"]
+    # Already no checkpoint any more (a reader never sees a half-deleted step-N) ...
+    assert [p.name for p in committed_steps(tmp_path)] == ["step-000003"]
+    # ... but its bytes are still there, for the caller to free off the critical path.
+    assert [p.name for p in deferred] == ["step-000001.deleting", "step-000002.deleting"]
+    assert all((p / "meta.json").is_file() for p in deferred)
+
+
 def test_mid_accumulation_checkpoints_sort_after_their_step(tmp_path):
     for step, micro in ((2, 0), (2, 1), (1, 0)):
         _fake_checkpoint(tmp_path, step, micro)
