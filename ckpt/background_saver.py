@@ -65,7 +65,8 @@ class BackgroundSaver:
                     continue
                 final = self.runner.run(job)
                 self._on_done(job, final, time.perf_counter() - job.started)
-                settled = self._settle()
+                self._settle()
+                settled = True  # what follows is housekeeping: wait_committed may return
                 self.runner.free_discarded()
             except BaseException as exc:  # noqa: BLE001 - surfaced on the training thread
                 if not isinstance(exc, CheckpointWriteFailed):
@@ -81,11 +82,10 @@ class BackgroundSaver:
                     self._pending_dirs.remove(job.tmp.name)
                     self._idle.notify_all()
 
-    def _settle(self) -> bool:
+    def _settle(self) -> None:
         with self._idle:
             self._unsettled -= 1
             self._idle.notify_all()
-        return True
 
     def _fail(self, exc: BaseException) -> None:
         with self._idle:

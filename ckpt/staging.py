@@ -11,7 +11,7 @@ per in-flight save, which the bench reports as peak extra host memory.
 
 Addresses are 4096-aligned so the native writer can use O_DIRECT. On a GPU the buffers
 are pinned host memory and the copies are device-to-host on a side stream; the writer
-waits on the slot's event before reading (`Slot.ready`). This machine has no GPU: that
+waits on the slot's event before reading (`Slot.device_ready`). This machine has no GPU: that
 branch is code and docs (docs/async_checkpoints.md), the CPU path is what runs here.
 """
 from __future__ import annotations
@@ -47,12 +47,6 @@ class Slot:
 
     def nbytes(self) -> int:
         return sum(b.nbytes() for per_file in self.buffers.values() for b in per_file)
-
-    def ready(self) -> None:
-        """Block until the copies into this slot have landed."""
-        if self.copies is not None:
-            self.copies.wait()
-        self.device_ready()
 
     def device_ready(self) -> None:
         """Block until the device-to-host copies landed (lazy host copies are followed
