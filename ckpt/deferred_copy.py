@@ -42,18 +42,39 @@ class CopyBatch:
 
     def run(self) -> None:
         try:
-            for index, (dst, src) in enumerate(self.pairs):
+            for first, last in self._runs():
+                if last - first > 1:  # many small storages: one call, one progress mark
+                    targets = [as_bytes(dst) for dst, _ in self.pairs[first:last]]
+                    torch._foreach_copy_(targets, [as_bytes(src) for _, src in self.pairs[first:last]])
+                    self.progress.advance_many(first, [t.numel() for t in targets])
+                    continue
+                dst, src = self.pairs[first]
                 target, source, nbytes = as_bytes(dst), as_bytes(src), dst.nbytes()
                 for start in range(0, nbytes, COPY_PIECE):
                     end = min(start + COPY_PIECE, nbytes)
                     target[start:end].copy_(source[start:end])
-                    self.progress.advance(index, end)
+                    self.progress.advance(first, end)
         except BaseException as exc:  # noqa: BLE001 - re-raised where the copies are awaited
             self.error = exc
             self.progress.fail()
         finally:
             self.pairs = []  # the live storages are no longer needed
             self.done.set()
+
+    def _runs(self) -> list[tuple[int, int]]:
+        """[first, last) ranges of pairs copied together: consecutive storages that add up
+        to at most COPY_PIECE go in one GIL-free foreach call (a tiny model's 84 storages
+        cost the copier thread milliseconds of Python one by one); a larger one alone."""
+        runs, first, held = [], 0, 0
+        for index, (dst, _) in enumerate(self.pairs):
+            nbytes = dst.nbytes()
+            if index > first and held + nbytes > COPY_PIECE:
+                runs.append((first, index))
+                first, held = index, 0
+            held += nbytes
+        if first < len(self.pairs):
+            runs.append((first, len(self.pairs)))
+        return runs
 
     def wait(self) -> float:
         """Block until the copies landed; returns the seconds waited, raises their failure."""

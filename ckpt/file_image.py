@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ckpt.structure_pickle import Fallback, save_structure
+
 ALIGNMENT = 64  # torch's default storage alignment inside the zip
 DIRECT_ALIGNMENT = 4096  # what O_DIRECT needs of file offsets (ckpt.direct=true)
 
@@ -126,7 +128,10 @@ def image_of(obj, alignment: int = ALIGNMENT) -> FileImage:
     config.save.storage_alignment, config.save.compute_crc32 = alignment, False
     try:
         with torch.serialization.skip_data():
-            torch.save(obj, recorder, pickle_module=_storage_recording_pickle_module(found, seen))
+            try:  # the same bytes without torch's per-object Python (ckpt.structure_pickle)
+                found = save_structure(obj, recorder)
+            except Fallback:  # raised before anything was written
+                torch.save(obj, recorder, pickle_module=_storage_recording_pickle_module(found, seen))
     finally:
         config.save.storage_alignment, config.save.compute_crc32 = saved
     image.size = recorder.position

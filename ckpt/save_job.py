@@ -126,11 +126,7 @@ class SaveRunner:
         if failure is None and job.step == self.faults.crash_at and self.rank == 0:
             log.error("debug.crash_in_save_at_step=%d: SIGKILL before the manifest", job.step)
             os.kill(os.getpid(), signal.SIGKILL)
-        reports = [None] * self.world
-        dist.all_gather_object(reports, {"written": written, "failure": failure}, group=self.group)
-        outcome = [self._commit(job, reports) if self.rank == 0 else None]
-        dist.broadcast_object_list(outcome, src=0, group=self.group)
-        result = outcome[0]
+        result = self._agree(job, {"written": written, "failure": failure})
         if "failure" in result:
             raise self._write_failed(job, result["failure"])
         final = Path(result["final"])
@@ -138,6 +134,18 @@ class SaveRunner:
             # Copies to other tiers: each one's failure is recorded there, never this save's.
             job.placement = job.after_commit(final)
         return final
+
+    def _agree(self, job: SaveJob, report: dict) -> dict:
+        """Every rank's report to rank 0, its commit's outcome back to every rank. Alone,
+        the exchange is skipped: it pickles both ways on the saver thread, holding the
+        GIL the training thread needs (docs/async_checkpoints.md)."""
+        if self.world == 1:
+            return self._commit(job, [report])
+        reports = [None] * self.world
+        dist.all_gather_object(reports, report, group=self.group)
+        outcome = [self._commit(job, reports) if self.rank == 0 else None]
+        dist.broadcast_object_list(outcome, src=0, group=self.group)
+        return outcome[0]
 
     def _release_slot(self, job: SaveJob) -> None:
         """Nothing reads the staging buffers any more: the next save may fill them while

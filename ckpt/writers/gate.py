@@ -38,6 +38,12 @@ class CopyProgress:
             self.landed[index] = nbytes
             self._changed.notify_all()
 
+    def advance_many(self, first: int, sizes: list[int]) -> None:
+        """Buffers first, first+1, ... hold all of their `sizes` bytes."""
+        with self._changed:
+            self.landed[first:first + len(sizes)] = sizes
+            self._changed.notify_all()
+
     def fail(self) -> None:
         with self._changed:
             self.landed[-1] = 1

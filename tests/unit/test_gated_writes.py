@@ -131,3 +131,21 @@ def test_a_copy_batch_marks_each_piece_and_maps_segments_to_its_buffers(monkeypa
     other = torch.zeros(4, dtype=torch.uint8)
     segments = [(0, b"hdr"), (3, torch.empty(0, dtype=torch.uint8).set_(staged[1])), (13, other)]
     assert batch.gate(segments).sources.tolist() == [-1, 1, -1]
+
+
+def test_small_storages_are_copied_together_and_marked_at_once(monkeypatch):
+    monkeypatch.setattr(deferred_copy, "COPY_PIECE", 1000)
+    sizes = (300, 200, 400, 2500, 10, 20, 990)  # three small ones fit a piece; 2500 alone
+    sources = [torch.randint(0, 255, (n,), dtype=torch.uint8).untyped_storage() for n in sizes]
+    staged = [torch.empty(s.nbytes(), dtype=torch.uint8).untyped_storage() for s in sources]
+    batch = CopyBatch(list(zip(staged, sources)))
+    assert batch._runs() == [(0, 3), (3, 4), (4, 6), (6, 7)]
+    marks = []
+    advance_many = batch.progress.advance_many
+    monkeypatch.setattr(batch.progress, "advance_many",
+                        lambda first, n: (marks.append((first, list(n))), advance_many(first, n)))
+    batch.run()
+    assert batch.wait() == 0.0
+    assert marks == [(0, [300, 200, 400]), (4, [10, 20])]
+    assert batch.progress.landed[:-1].tolist() == list(sizes)
+    assert [bytes(s) for s in staged] == [bytes(s) for s in sources]
