@@ -138,6 +138,9 @@ def summary(trainer: SavingTrainer, state, steps_per_block: int, without: list[f
         "save_stall_s_median": statistics.median(s["stall_s"] for s in stats),
         "save_slot_wait_s_median": statistics.median(s["slot_wait_s"] for s in stats),
         "save_durable_s_median": statistics.median(s["durable_s"] for s in stats),
+        # The saver thread's CPU per save: Python there holds the GIL the step needs
+        # (`python -m bench.gil_probe` measures what that costs on this machine).
+        "save_background_cpu_s_median": statistics.median(s["background_cpu_s"] for s in stats),
     }
 
 

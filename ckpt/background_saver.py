@@ -63,7 +63,9 @@ class BackgroundSaver:
                     # the same outcome of the same job, so every rank skips the same jobs.
                     shutil.rmtree(job.tmp, ignore_errors=True)
                     continue
+                cpu = time.thread_time()
                 final = self.runner.run(job)
+                job.background_cpu_s = time.thread_time() - cpu
                 self._on_done(job, final, time.perf_counter() - job.started)
                 self._settle()
                 settled = True  # what follows is housekeeping: wait_committed may return

@@ -241,7 +241,8 @@ class Checkpointer:
         optimizer step's wait, part of the stall, may come after the commit."""
         return [{"step": job.step, "path": str(final), "stall_s": job.stall_s + job.update_wait_s,
                  "update_wait_s": job.update_wait_s, "slot_wait_s": job.slot_wait_s,
-                 "durable_s": durable_s, "bytes": job.bytes, "tiers": job.placement}
+                 "durable_s": durable_s, "background_cpu_s": job.background_cpu_s,
+                 "bytes": job.bytes, "tiers": job.placement}
                 for job, final, durable_s in self._committed]
 
     def take_committed(self) -> list[dict]:

@@ -1,0 +1,116 @@
+"""What background work costs the default model's training step, by whether it holds the GIL.
+
+    python -m bench.gil_probe [--duty 0.25] [--rounds 3] [--steps 20] [overrides]
+
+A background thread works `duty` of the time, in 25 ms periods, while the default model
+trains: pure-Python work (which holds the GIL), or the same duty of hashing 1 MiB buffers
+(`hashlib` releases the GIL for inputs that large). Blocks without the thread, with
+Python work and with GIL-free work are interleaved, `--rounds` times; each ratio is
+throughput with the thread over throughput without, min and median.
+
+Why it exists: the default model's step is bound by one core running Python, so the
+saver's Python competes with it for the GIL, not only for a core. The probe tells the two
+costs apart on the machine it runs on; docs/async_checkpoints.md uses it to say where a
+save's remaining cost is and what would remove it.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+PERIOD_S = 0.025
+
+
+class Load:
+    """A thread busy `duty` of each period: Python loops or GIL-free hashing."""
+
+    def __init__(self, kind: str, duty: float):
+        self.kind, self.duty = kind, duty
+        self.stop = threading.Event()
+        self.buffer = os.urandom(1 << 20)
+        self.thread = threading.Thread(target=self._run, name=f"gil-probe-{kind}", daemon=True)
+
+    def _run(self) -> None:
+        busy, idle = PERIOD_S * self.duty, PERIOD_S * (1 - self.duty)
+        while not self.stop.is_set():
+            started = time.perf_counter()
+            while time.perf_counter() - started < busy:
+                if self.kind == "python":
+                    total = 0
+                    for value in range(1000):
+                        total += value
+                else:
+                    hashlib.sha256(self.buffer).digest()
+            self.stop.wait(idle)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
+def measure(duty: float, rounds: int, steps: int, overrides: list[str]) -> dict:
+    from bench.console import progress, stdout_to_stderr
+    from bench.state import build_state
+    from bench.training import TokenBatches, train_steps
+
+    with stdout_to_stderr():
+        state = build_state("default model", overrides,
+                            Path(tempfile.mkdtemp(prefix="baton-gil-probe-")) / "model", None)
+    engine, stage = state.engine, state.cfg.stage
+    batches = TokenBatches(stage, engine.module.config.vocab_size, seed=1)
+
+    def block(kind: str | None) -> float:
+        started = time.perf_counter()
+        if kind is None:
+            train_steps(engine, stage, steps, batches)
+        else:
+            with Load(kind, duty):
+                train_steps(engine, stage, steps, batches)
+        return time.perf_counter() - started
+
+    ratios: dict[str, list[float]] = {"python": [], "gil_free": []}
+    try:
+        block(None)  # warm-up
+        for index in range(rounds):
+            alone = block(None)
+            for kind in ratios:
+                ratios[kind].append(alone / block(kind))
+            progress(f"gil probe round {index + 1}/{rounds}: step {alone / steps * 1e3:.1f} ms "
+                     + ", ".join(f"{k} {v[-1]:.3f}×" for k, v in ratios.items()))
+    finally:
+        state.close()
+    return {"duty": duty, "rounds": rounds, "steps_per_block": steps,
+            **{f"{kind}_throughput_ratio_{stat}": fn(values) for kind, values in ratios.items()
+               for stat, fn in (("min", min), ("median", statistics.median))}}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.gil_probe", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duty", type=float, default=0.25, help="busy fraction of each 25 ms period")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=20, help="optimizer steps per block")
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args(argv)
+    if not 0 < args.duty < 1 or args.rounds < 3 or args.steps < 1:
+        parser.error(f"--duty must lie in (0, 1) (got {args.duty}), --rounds at least 3 "
+                     f"(got {args.rounds}), --steps at least 1 (got {args.steps})")
+    result = measure(args.duty, args.rounds, args.steps, args.overrides)
+    print(f"background work {result['duty']:.0%} of the time, default model "
+          f"({result['rounds']} rounds of {result['steps_per_block']} steps), throughput ratio "
+          f"min / median: Python (holds the GIL) {result['python_throughput_ratio_min']:.3f} / "
+          f"{result['python_throughput_ratio_median']:.3f}; GIL-free "
+          f"{result['gil_free_throughput_ratio_min']:.3f} / {result['gil_free_throughput_ratio_median']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

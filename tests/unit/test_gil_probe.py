@@ -1,0 +1,36 @@
+"""`python -m bench.gil_probe`: both kinds of background work are measured against blocks
+without it, and bad flags are refused in one line."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+LINE = re.compile(r"Python \(holds the GIL\) ([0-9.]+) / ([0-9.]+); GIL-free ([0-9.]+) / ([0-9.]+)$")
+
+
+def probe(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench.gil_probe", *args], cwd=REPO, text=True,
+                          capture_output=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_the_probe_reports_a_min_and_median_ratio_for_each_kind():
+    proc = probe("--steps", "1", "--rounds", "3", "--duty", "0.5")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = LINE.search(proc.stdout.strip())
+    assert found, proc.stdout
+    python_min, python_median, free_min, free_median = map(float, found.groups())
+    assert 0 < python_min <= python_median and 0 < free_min <= free_median
+    assert proc.stderr.count("gil probe round") == 3  # progress, one line a round
+
+
+@pytest.mark.parametrize("args", [["--duty", "1.5"], ["--rounds", "2"], ["--steps", "0"]])
+def test_bad_flags_are_refused_without_a_traceback(args):
+    proc = probe(*args)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "--duty must lie in (0, 1)" in proc.stderr
