@@ -100,10 +100,11 @@ def run_every_step(state, directory: Path, mode: str, steps_per_block: int, bloc
             trainer.train_and_save(1)  # warm-up: the first save allocates the staging buffers
             trainer.checkpointer.drain()
         without, with_saves, with_bound = [], [], []
+        cpu = {"without": [], "with_saves": []}  # the training thread's own CPU per block
         for index in range(blocks):
             with stdout_to_stderr():
-                without.append(_timed(trainer.train, steps_per_block))
-                with_saves.append(_timed(trainer.train_and_save, steps_per_block))
+                without.append(_timed(trainer.train, steps_per_block, cpu["without"]))
+                with_saves.append(_timed(trainer.train_and_save, steps_per_block, cpu["with_saves"]))
                 trainer.checkpointer.drain()
                 with_bound.append(_timed(train_and_write, steps_per_block))
                 bound.drain()
@@ -115,11 +116,11 @@ def run_every_step(state, directory: Path, mode: str, steps_per_block: int, bloc
         with stdout_to_stderr():
             trainer.checkpointer.close()
         bound.close()
-    return summary(trainer, state, steps_per_block, without, with_saves, with_bound)
+    return summary(trainer, state, steps_per_block, without, with_saves, with_bound, cpu)
 
 
 def summary(trainer: SavingTrainer, state, steps_per_block: int, without: list[float],
-            with_saves: list[float], with_bound: list[float]) -> dict:
+            with_saves: list[float], with_bound: list[float], cpu: dict) -> dict:
     stats = trainer.checkpointer.stats[1:]  # the warm-up save is not one of the measured
     steps = steps_per_block * len(without)
     return {
@@ -141,10 +142,17 @@ def summary(trainer: SavingTrainer, state, steps_per_block: int, without: list[f
         # The saver thread's CPU per save: Python there holds the GIL the step needs
         # (`python -m bench.gil_probe` measures what that costs on this machine).
         "save_background_cpu_s_median": statistics.median(s["background_cpu_s"] for s in stats),
+        # The training thread's own CPU per step, without and with saves: the difference
+        # is the save call plus what sharing the GIL and the cores costs the step itself.
+        "train_thread_cpu_s_per_step_without_saves": sum(cpu["without"]) / steps,
+        "train_thread_cpu_s_per_step_with_saves": sum(cpu["with_saves"]) / steps,
     }
 
 
-def _timed(work, steps: int) -> float:
-    start = time.perf_counter()
+def _timed(work, steps: int, cpu: list[float] | None = None) -> float:
+    """Wall seconds of `work(steps)`; with `cpu`, appends this (the training) thread's CPU."""
+    start, start_cpu = time.perf_counter(), time.thread_time()
     work(steps)
+    if cpu is not None:
+        cpu.append(time.thread_time() - start_cpu)
     return time.perf_counter() - start

@@ -90,6 +90,8 @@ def every_step_lines(every: dict) -> list[str]:
             f"{run['steps_per_s_without_saves']:.3g} steps/s; "
             f"stall {run['save_stall_s_median']:.3g} s, "
             f"saver thread CPU {run['save_background_cpu_s_median']:.3g} s per save, "
+            f"training thread CPU {run['train_thread_cpu_s_per_step_with_saves']:.3g} s per step "
+            f"with saves vs {run['train_thread_cpu_s_per_step_without_saves']:.3g} without, "
             f"step {run['step_s_median']:.3g} s); the bound (memcpy + one raw write + fsync "
             f"every step): {run['bound_throughput_ratio']:.3f}×")
     return lines

@@ -30,13 +30,23 @@ COPY_PIECE = 32 << 20
 large enough that the marks cost nothing next to the copy."""
 
 
-class CopyBatch:
-    """The copies of one save: (staged buffer, live storage) pairs, done once `done` is set."""
+def _as_bytes(buffer) -> torch.Tensor:
+    return buffer if isinstance(buffer, torch.Tensor) else as_bytes(buffer)
 
-    def __init__(self, pairs: list[tuple[torch.UntypedStorage, torch.UntypedStorage]]):
+
+def _nbytes(buffer) -> int:
+    return buffer.numel() if isinstance(buffer, torch.Tensor) else buffer.nbytes()
+
+
+class CopyBatch:
+    """The copies of one save: (staged buffer, live storage) pairs, done once `done` is set.
+    A staged buffer is a storage or its kept uint8 view (ckpt.staging.Slot.views)."""
+
+    def __init__(self, pairs: list[tuple[object, torch.UntypedStorage]]):
         self.pairs = pairs
         self.staged = [dst for dst, _ in pairs]
         self.progress = CopyProgress(len(pairs))
+        self._index_of: dict[int, int] | None = None
         self.done = threading.Event()
         self.error: BaseException | None = None
 
@@ -44,12 +54,13 @@ class CopyBatch:
         try:
             for first, last in self._runs():
                 if last - first > 1:  # many small storages: one call, one progress mark
-                    targets = [as_bytes(dst) for dst, _ in self.pairs[first:last]]
+                    targets = [_as_bytes(dst) for dst, _ in self.pairs[first:last]]
                     torch._foreach_copy_(targets, [as_bytes(src) for _, src in self.pairs[first:last]])
                     self.progress.advance_many(first, [t.numel() for t in targets])
                     continue
                 dst, src = self.pairs[first]
-                target, source, nbytes = as_bytes(dst), as_bytes(src), dst.nbytes()
+                target, source = _as_bytes(dst), as_bytes(src)
+                nbytes = target.numel()
                 for start in range(0, nbytes, COPY_PIECE):
                     end = min(start + COPY_PIECE, nbytes)
                     target[start:end].copy_(source[start:end])
@@ -67,7 +78,7 @@ class CopyBatch:
         cost the copier thread milliseconds of Python one by one); a larger one alone."""
         runs, first, held = [], 0, 0
         for index, (dst, _) in enumerate(self.pairs):
-            nbytes = dst.nbytes()
+            nbytes = _nbytes(dst)
             if index > first and held + nbytes > COPY_PIECE:
                 runs.append((first, index))
                 first, held = index, 0
@@ -91,7 +102,9 @@ class CopyBatch:
     def gate(self, segments: list[tuple[int, object]]) -> SegmentGate:
         """For a file's (offset, buffer) segments: which of these copies each one waits for
         (-1: a piece the pickler wrote, or a buffer of no copy of this batch)."""
-        index_of = {staged.data_ptr(): index for index, staged in enumerate(self.staged)}
+        if self._index_of is None:  # once per save, not once per file
+            self._index_of = {staged.data_ptr(): index for index, staged in enumerate(self.staged)}
+        index_of = self._index_of
         sources = [index_of.get(buffer.data_ptr(), -1) if isinstance(buffer, torch.Tensor) else -1
                    for _, buffer in segments]
         return SegmentGate(self.progress, sources)

@@ -44,13 +44,15 @@ class CapturedFile:
     """Async: a copied JSON payload, encoded by `materialize`."""
     alignment: int = 64
 
-    def materialize(self) -> None:
-        """Turn what the training thread captured into an image (background thread)."""
+    def materialize(self, slot: Slot | None = None) -> None:
+        """Turn what the training thread captured into an image (background thread);
+        `slot` holds the staged buffers' kept byte views."""
         if self.json is not None:
             self.image = FileImage.of_bytes(encode_json(self.json))
         elif self.state is not None:
             self.image = image_of(self.state, self.alignment)
-            self.buffers = [as_bytes(s) for s in self.image.storages]
+            view = slot.byte_view if slot is not None else as_bytes
+            self.buffers = [view(s) for s in self.image.storages]
         self.state = self.json = None
 
 
@@ -166,7 +168,7 @@ class SaveRunner:
 
     def _write_all(self, job: SaveJob) -> dict[str, dict]:
         for captured in job.files:
-            captured.materialize()  # pickling needs the staged storages' sizes, not their bytes
+            captured.materialize(job.slot)  # pickling needs the staged storages' sizes, not their bytes
         copies = job.slot.copies if job.slot is not None else None
         if job.slot is not None:
             job.slot.device_ready()  # device-to-host copies land before the writer reads

@@ -44,6 +44,15 @@ class Slot:
     """Lazy: (buffer, storage) pairs the save recorded and has not copied yet."""
     copies: object = None
     """Lazy: the ckpt.deferred_copy.CopyBatch filling this slot (None: copied at the save)."""
+    views: dict[int, torch.Tensor] = field(default_factory=dict)
+    """data_ptr -> a uint8 tensor over exactly that staged buffer, made once with it: the
+    copier and the writer reuse it every save instead of building a view of each storage
+    (two torch calls each, every one a GIL hand-off between the saver and the step)."""
+
+    def byte_view(self, storage: torch.UntypedStorage) -> torch.Tensor:
+        """The staged buffer behind `storage` as uint8 (any storage: a fresh view)."""
+        view = self.views.get(storage.data_ptr())
+        return view if view is not None and view.numel() == storage.nbytes() else as_bytes(storage)
 
     def nbytes(self) -> int:
         return sum(b.nbytes() for per_file in self.buffers.values() for b in per_file)
@@ -88,7 +97,7 @@ class StagingPool:
         """Copy `storages` into the slot's buffers for file `key`; return the copies as
         uint8 tensors (what fills a FileImage's holes)."""
         stager = self.stager(slot, key)
-        return [as_bytes(stager(storage)) for storage in storages]
+        return [slot.byte_view(stager(storage)) for storage in storages]
 
     def stager(self, slot: Slot, key: str):
         """A function that copies one storage into the slot's next buffer for file `key`
@@ -105,8 +114,10 @@ class StagingPool:
                 buffer = _aligned_empty(nbytes, pinned=cuda)
                 # A storage of exactly these bytes (its own start, aligned), kept for reuse.
                 staged = buffer.untyped_storage()[buffer.storage_offset():buffer.storage_offset() + nbytes]
+                slot.views[staged.data_ptr()] = buffer
             if storage.device.type == "cpu" and self.lazy:
-                slot.deferred.append((staged, storage))  # copied by ckpt.deferred_copy
+                # copied by ckpt.deferred_copy, into the buffer's kept uint8 view
+                slot.deferred.append((slot.views.get(staged.data_ptr(), staged), storage))
             elif storage.device.type == "cpu":
                 staged.copy_(storage)
             else:
@@ -128,3 +139,5 @@ class StagingPool:
         for key in list(slot.buffers):
             if key not in keys:
                 del slot.buffers[key]
+        kept = {b.data_ptr() for per_file in slot.buffers.values() for b in per_file}
+        slot.views = {ptr: view for ptr, view in slot.views.items() if ptr in kept}

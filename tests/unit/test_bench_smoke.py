@@ -124,6 +124,8 @@ def test_loads_and_checkpoint_every_step_are_measured(bench):
         run["steps_per_s_with_saves"] / run["steps_per_s_without_saves"], rel=1e-12)
     assert positive(run["save_stall_s_median"]) and positive(run["save_durable_s_median"])
     assert positive(run["save_background_cpu_s_median"])
+    assert positive(run["train_thread_cpu_s_per_step_without_saves"])
+    assert positive(run["train_thread_cpu_s_per_step_with_saves"])
     assert positive(run["steps_per_s_with_bound"])
     assert run["bound_throughput_ratio"] == pytest.approx(
         run["steps_per_s_with_bound"] / run["steps_per_s_without_saves"], rel=1e-12)

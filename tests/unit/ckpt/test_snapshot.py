@@ -100,3 +100,25 @@ def _tensors(value):
     elif isinstance(value, (list, tuple)):
         for item in value:
             yield from _tensors(item)
+
+
+def test_staged_buffers_keep_one_byte_view_each_across_saves():
+    pool = StagingPool(1, lazy=True)
+    slot = pool.acquire()
+    state = _state()
+    first = snapshot(state, pool.stager(slot, "model_states.pt"))
+    views = [dst for dst, _ in slot.deferred]
+    assert all(isinstance(v, torch.Tensor) and v.dtype == torch.uint8 for v in views)
+    staged = first["flat"].untyped_storage()
+    assert slot.byte_view(staged) is slot.views[staged.data_ptr()]
+    assert slot.byte_view(staged).numel() == staged.nbytes()
+    pool.release(slot)
+    slot = pool.acquire()
+    slot.deferred = []
+    snapshot(state, pool.stager(slot, "model_states.pt"))  # same sizes: same buffers, same views
+    again = [dst for dst, _ in slot.deferred]
+    assert len(again) == len(views) and all(a is b for a, b in zip(again, views))
+    stranger = torch.zeros(5).untyped_storage()  # not staged: a fresh view of its own bytes
+    assert slot.byte_view(stranger).data_ptr() == stranger.data_ptr()
+    pool.forget_unused(slot, set())  # the file is gone: its buffers and their views too
+    assert slot.views == {} and slot.buffers == {}
