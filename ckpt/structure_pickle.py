@@ -1,10 +1,11 @@
-"""torch.save's structure pass without its per-object Python: the same bytes, a fraction of the time.
+"""torch.save's structure pass without its per-object Python: the same bytes, less GIL.
 
 torch.save pickles with a Python `persistent_id` that the C pickler calls for every
 object (about 2,000 for the tiny model's DeepSpeed state: every int and string of the
 optimizer's param groups), and a Python `__reduce_ex__` for every tensor. On the
-background saver that work holds the GIL, and every millisecond of it is a millisecond
-the training thread waits (docs/async_checkpoints.md, "What a save costs the step").
+background saver that work holds the GIL the training thread needs
+(docs/async_checkpoints.md, "What a save costs the step"). For the tiny model's state
+this pass takes about 3.1 ms instead of 4.2 ms.
 
 This module writes the same archive through torch's own zip writer, but pickles with a
 `reducer_override` that the C pickler calls only for non-builtin objects (the tensors)
