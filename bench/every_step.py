@@ -141,12 +141,18 @@ def summary(trainer: SavingTrainer, state, steps_per_block: int, without: list[f
         "save_durable_s_median": statistics.median(s["durable_s"] for s in stats),
         # The saver thread's CPU per save: Python there holds the GIL the step needs
         # (`python -m bench.gil_probe` measures what that costs on this machine).
-        "save_background_cpu_s_median": statistics.median(s["background_cpu_s"] for s in stats),
+        "save_background_cpu_s_median": _median_or_none(s["background_cpu_s"] for s in stats),
         # The training thread's own CPU per step, without and with saves: the difference
         # is the save call plus what sharing the GIL and the cores costs the step itself.
         "train_thread_cpu_s_per_step_without_saves": sum(cpu["without"]) / steps,
         "train_thread_cpu_s_per_step_with_saves": sum(cpu["with_saves"]) / steps,
     }
+
+
+def _median_or_none(values) -> float | None:
+    """None when nothing was measured (a sync save has no saver thread)."""
+    found = [value for value in values if value is not None]
+    return statistics.median(found) if found else None
 
 
 def _timed(work, steps: int, cpu: list[float] | None = None) -> float:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shutil
 import statistics
 import tempfile
 import threading
@@ -63,9 +64,9 @@ def measure(duty: float, rounds: int, steps: int, overrides: list[str]) -> dict:
     from bench.state import build_state
     from bench.training import TokenBatches, train_steps
 
+    workdir = Path(tempfile.mkdtemp(prefix="baton-gil-probe-"))
     with stdout_to_stderr():
-        state = build_state("default model", overrides,
-                            Path(tempfile.mkdtemp(prefix="baton-gil-probe-")) / "model", None)
+        state = build_state("default model", overrides, workdir / "model", None)
     engine, stage = state.engine, state.cfg.stage
     batches = TokenBatches(stage, engine.module.config.vocab_size, seed=1)
 
@@ -81,14 +82,16 @@ def measure(duty: float, rounds: int, steps: int, overrides: list[str]) -> dict:
     ratios: dict[str, list[float]] = {"python": [], "gil_free": []}
     try:
         block(None)  # warm-up
+        kinds = list(ratios)
         for index in range(rounds):
             alone = block(None)
-            for kind in ratios:
+            for kind in kinds[index % 2:] + kinds[:index % 2]:  # alternate which goes first
                 ratios[kind].append(alone / block(kind))
             progress(f"gil probe round {index + 1}/{rounds}: step {alone / steps * 1e3:.1f} ms "
                      + ", ".join(f"{k} {v[-1]:.3f}×" for k, v in ratios.items()))
     finally:
         state.close()
+        shutil.rmtree(workdir, ignore_errors=True)
     return {"duty": duty, "rounds": rounds, "steps_per_block": steps,
             **{f"{kind}_throughput_ratio_{stat}": fn(values) for kind, values in ratios.items()
                for stat, fn in (("min", min), ("median", statistics.median))}}

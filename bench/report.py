@@ -83,13 +83,14 @@ def every_step_lines(every: dict) -> list[str]:
         if "skipped" in run:
             lines.append(f"checkpoint every step, {name}: skipped ({run['skipped']})")
             continue
+        saver = run["save_background_cpu_s_median"]  # None: sync saves, no saver thread
+        saver_cpu = f"saver thread CPU {saver:.3g} s per save, " if saver is not None else ""
         lines.append(
             f"checkpoint every step, {name} ({run['mode']}, {run['writer']} writer, "
             f"{run['state_bytes'] / 1e9:.3g} GB): {run['throughput_ratio']:.3f}× the throughput "
             f"without saves ({run['steps_per_s_with_saves']:.3g} vs "
             f"{run['steps_per_s_without_saves']:.3g} steps/s; "
-            f"stall {run['save_stall_s_median']:.3g} s, "
-            f"saver thread CPU {run['save_background_cpu_s_median']:.3g} s per save, "
+            f"stall {run['save_stall_s_median']:.3g} s, {saver_cpu}"
             f"training thread CPU {run['train_thread_cpu_s_per_step_with_saves']:.3g} s per step "
             f"with saves vs {run['train_thread_cpu_s_per_step_without_saves']:.3g} without, "
             f"step {run['step_s_median']:.3g} s); the bound (memcpy + one raw write + fsync "

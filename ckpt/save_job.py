@@ -81,9 +81,10 @@ class SaveJob:
     slot_wait_s: float = 0.0
     update_wait_s: float = 0.0
     """Lazy copies: what the next optimizer step waited for them (also stall)."""
-    background_cpu_s: float = 0.0
+    background_cpu_s: float | None = None
     """Async: the saver thread's CPU time for this save (the native writer's own threads
-    not counted). Mostly Python holding the GIL: what it costs the training thread."""
+    not counted). Mostly Python holding the GIL: what it costs the training thread.
+    None for a sync save, which has no saver thread."""
 
     @property
     def bytes(self) -> int:

@@ -63,6 +63,9 @@ class Snapshot:
     def _tensor(self, tensor: torch.Tensor) -> torch.Tensor:
         if type(tensor) not in (torch.Tensor, torch.nn.Parameter) or tensor.is_sparse or tensor.is_quantized:
             raise Unsupported(f"tensor of type {type(tensor).__name__} / layout {tensor.layout}")
+        if tensor.is_conj() or tensor.is_neg():
+            # A view over the staged bytes would lose the lazy conjugate/negative bit.
+            raise Unsupported("a tensor with a conjugate or negative bit")
         storage = tensor.untyped_storage()
         key = storage._cdata  # the storage itself, as torch.save tells storages apart
         if key not in self._staged:

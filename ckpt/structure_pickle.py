@@ -19,6 +19,7 @@ caller uses torch.save itself.
 """
 from __future__ import annotations
 
+import copyreg
 import io
 import pickle
 import sys
@@ -55,6 +56,7 @@ class _StructurePickler(pickle.Pickler):
         self.keys: dict[int, str] = {}
         """storage._cdata -> its key in the archive (data/<key>), in first-seen order."""
         self.storages: list[torch.UntypedStorage] = []
+        self.locations: dict[str, str] = {}
         self._dtypes: dict[int, torch.dtype] = {}
 
     def reducer_override(self, obj):
@@ -90,7 +92,8 @@ class _StructurePickler(pickle.Pickler):
         if key is None:
             key = self.keys[storage._cdata] = str(len(self.keys))
             self.storages.append(storage)
-        return ("storage", _STORAGE_TYPES[dtype], key, "cpu",
+            self.locations[key] = torch.serialization.location_tag(storage)  # torch's own tag
+        return ("storage", _STORAGE_TYPES[dtype], key, self.locations[key],
                 storage.nbytes() // dtype.itemsize)
 
 
@@ -103,6 +106,11 @@ def save_structure(obj, file) -> list[torch.UntypedStorage]:
     """Write `torch.save(obj)` to `file` under `skip_data` (zip headers, data.pkl, and a
     seek over each storage's bytes); return the storages in archive order. Raises
     Fallback before writing anything if torch.save would take another path."""
+    if not torch.serialization._serialization_tls.skip_data:
+        raise ValueError("save_structure writes no storage bytes: call it under "
+                         "torch.serialization.skip_data()")
+    if any(kind in copyreg.dispatch_table for kind in (torch.Tensor, torch.nn.Parameter)):
+        raise Fallback("a copyreg reduction registered for tensors")  # torch.save would use it
     buffer = io.BytesIO()
     pickler = _StructurePickler(buffer)
     pickler.dump(obj)

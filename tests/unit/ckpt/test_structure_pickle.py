@@ -133,3 +133,19 @@ def test_image_of_still_matches_torch_save_through_the_fallback(case):
     expected = io.BytesIO()
     torch.save(state, expected)
     assert bytes(out) == expected.getvalue()
+
+
+def test_a_copyreg_reduction_for_tensors_sends_it_back_to_torch_save():
+    import copyreg
+
+    copyreg.pickle(torch.Tensor, lambda t: (torch.zeros, (t.numel(),)))
+    try:
+        with pytest.raises(Fallback), torch.serialization.skip_data():
+            save_structure({"t": torch.ones(3)}, io.BytesIO())
+    finally:
+        del copyreg.dispatch_table[torch.Tensor]
+
+
+def test_it_refuses_to_run_where_torch_save_would_write_the_data():
+    with pytest.raises(ValueError, match="skip_data"):
+        save_structure({"t": torch.ones(3)}, io.BytesIO())
