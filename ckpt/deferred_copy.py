@@ -34,10 +34,6 @@ def _as_bytes(buffer) -> torch.Tensor:
     return buffer if isinstance(buffer, torch.Tensor) else as_bytes(buffer)
 
 
-def _nbytes(buffer) -> int:
-    return buffer.numel() if isinstance(buffer, torch.Tensor) else buffer.nbytes()
-
-
 class CopyBatch:
     """The copies of one save: (staged buffer, live storage) pairs, done once `done` is set.
     A staged buffer is a storage or its kept uint8 view (ckpt.staging.Slot.views)."""
@@ -52,14 +48,14 @@ class CopyBatch:
 
     def run(self) -> None:
         try:
+            targets = [_as_bytes(dst) for dst, _ in self.pairs]
             for first, last in self._runs():
                 if last - first > 1:  # many small storages: one call, one progress mark
-                    targets = [_as_bytes(dst) for dst, _ in self.pairs[first:last]]
-                    torch._foreach_copy_(targets, [as_bytes(src) for _, src in self.pairs[first:last]])
-                    self.progress.advance_many(first, [t.numel() for t in targets])
+                    torch._foreach_copy_(targets[first:last],
+                                         [as_bytes(src) for _, src in self.pairs[first:last]])
+                    self.progress.advance_many(first, [t.numel() for t in targets[first:last]])
                     continue
-                dst, src = self.pairs[first]
-                target, source = _as_bytes(dst), as_bytes(src)
+                target, source = targets[first], as_bytes(self.pairs[first][1])
                 nbytes = target.numel()
                 for start in range(0, nbytes, COPY_PIECE):
                     end = min(start + COPY_PIECE, nbytes)
@@ -78,7 +74,7 @@ class CopyBatch:
         cost the copier thread milliseconds of Python one by one); a larger one alone."""
         runs, first, held = [], 0, 0
         for index, (dst, _) in enumerate(self.pairs):
-            nbytes = _nbytes(dst)
+            nbytes = dst.numel() if isinstance(dst, torch.Tensor) else dst.nbytes()
             if index > first and held + nbytes > COPY_PIECE:
                 runs.append((first, index))
                 first, held = index, 0

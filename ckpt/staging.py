@@ -117,7 +117,7 @@ class StagingPool:
                 slot.views[staged.data_ptr()] = buffer
             if storage.device.type == "cpu" and self.lazy:
                 # copied by ckpt.deferred_copy, into the buffer's kept uint8 view
-                slot.deferred.append((slot.views.get(staged.data_ptr(), staged), storage))
+                slot.deferred.append((slot.views[staged.data_ptr()], storage))
             elif storage.device.type == "cpu":
                 staged.copy_(storage)
             else:

@@ -31,6 +31,16 @@ def _skeleton_of_fast(obj) -> bytes:
     return out.getvalue()
 
 
+def _filled(image) -> bytearray:
+    """What a writer puts on disk: each hole filled with its storage's bytes."""
+    out = bytearray(image.size)
+    for offset, buffer in image.segments([torch.empty(0, dtype=torch.uint8).set_(s)
+                                          for s in image.storages]):
+        data = buffer.numpy().tobytes() if isinstance(buffer, torch.Tensor) else bytes(buffer)
+        out[offset:offset + len(data)] = data
+    return out
+
+
 def _trained_state():
     """A module and AdamW after two steps: the state dicts DeepSpeed's model-states file holds."""
     torch.manual_seed(0)
@@ -74,11 +84,7 @@ def test_bytes_match_torch_save(case):
 def test_filled_image_is_torch_save_and_loads(alignment):
     state = _trained_state()
     image = image_of(state, alignment)
-    out = bytearray(image.size)
-    for offset, buffer in image.segments([torch.empty(0, dtype=torch.uint8).set_(s)
-                                          for s in image.storages]):
-        data = buffer.numpy().tobytes() if isinstance(buffer, torch.Tensor) else bytes(buffer)
-        out[offset:offset + len(data)] = data
+    out = _filled(image)
     from torch.utils.serialization import config
     config.save.storage_alignment = alignment
     try:
@@ -125,11 +131,7 @@ def test_unusual_tensors_fall_back_before_writing(case):
 def test_image_of_still_matches_torch_save_through_the_fallback(case):
     state = FALLBACKS[case]()
     image = image_of(state)
-    out = bytearray(image.size)
-    for offset, buffer in image.segments([torch.empty(0, dtype=torch.uint8).set_(s)
-                                          for s in image.storages]):
-        data = buffer.numpy().tobytes() if isinstance(buffer, torch.Tensor) else bytes(buffer)
-        out[offset:offset + len(data)] = data
+    out = _filled(image)
     expected = io.BytesIO()
     torch.save(state, expected)
     assert bytes(out) == expected.getvalue()
