@@ -25,6 +25,7 @@ from ckpt.deferred_copy import Copier, CopyBatch, UpdateGuard
 from ckpt.engine import BatonCheckpointEngine
 from ckpt.file_image import ALIGNMENT, DIRECT_ALIGNMENT
 from ckpt.layout import MANIFEST, step_dirname
+from ckpt.node_copies import NODE, NodeGroup, served_ranks, serves
 from ckpt.parallel_layout import Layout
 from ckpt.save_job import Faults, SaveJob, SaveRunner
 from ckpt.staging import StagingPool
@@ -96,13 +97,17 @@ class Destination:
     root: Path
     keep: int
     after_commit: object = None
-    """Rank 0: callable(final) -> {tier: outcome}, run once the save is committed."""
+    """The committing rank: callable(final) -> {tier: outcome}, run once the save is
+    committed."""
+    per_node: bool = False
+    """`root` is this node's own (the memory tier across nodes): each node's leader writes
+    the shared files and commits its node's copy (ckpt.node_copies)."""
 
 
 class Checkpointer:
     def __init__(self, engine, root: Path, stage: str, parallel: dict, keep_last: int,
                  crash_in_save_at_step: int = -1, fail_write_at_step: int = -1,
-                 options: SaveOptions | None = None):
+                 options: SaveOptions | None = None, node: NodeGroup | None = None):
         self.engine, self.root, self.stage = engine, Path(root), stage
         self.parallel, self.keep_last = parallel, keep_last  # the manifest's `parallel`
         self.layout = Layout.from_dict(parallel)
@@ -122,6 +127,10 @@ class Checkpointer:
                                                 self.options.selective_full_every,
                                                 optimizer_names(engine))
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.node = node or NodeGroup(0, tuple(range(self.world)), 1)
+        # Who writes the model-states file by DeepSpeed's own rule (rank 0 at ZeRO 0-2,
+        # every rank at ZeRO-3); a node copy adds the node's leader (`_capture`).
+        self.writes_model_states = bool(getattr(engine, "save_non_zero_checkpoint", self.rank == 0))
         # Its own group: the background thread's handshake never meets a training collective.
         group = dist.new_group(backend="gloo")
         self.writer = get_writer(self.options.writer)
@@ -155,8 +164,9 @@ class Checkpointer:
         name = step_dirname(step, payload.progress["micro_in_window"])
         root = to.root if to is not None else self.root
         tmp = commit_io.tmp_dir(root, name)
+        node = self.node if to is not None and to.per_node and self.node.count > 1 else None
         try:
-            job = self._capture(step, name, tmp, payload, slot)
+            job = self._capture(step, name, tmp, payload, slot, node)
         except BaseException:
             if slot is not None:
                 slot.deferred = []
@@ -165,6 +175,7 @@ class Checkpointer:
         job.started, job.slot_wait_s = started, slot_wait
         if to is not None:
             job.keep, job.after_commit = to.keep, to.after_commit
+        job.node = node.record() if node is not None else None
         if slot is not None and slot.deferred:
             self._copy_later(job, slot)
         job.stall_s = time.perf_counter() - started
@@ -176,12 +187,16 @@ class Checkpointer:
         self.runner.free_discarded()
         return final
 
-    def _capture(self, step: int, name: str, tmp: Path, payload: SavePayload, slot) -> SaveJob:
+    def _capture(self, step: int, name: str, tmp: Path, payload: SavePayload, slot,
+                 node: NodeGroup | None) -> SaveJob:
         if name in self._in_flight_names():
             self.drain()  # the same position again (a preemption right after a save): let
             # that save finish first, then this one replaces it (ckpt.commit.commit)
         root = tmp.parent
-        if self.rank == 0:
+        # Who writes the files every rank reads and commits: rank 0, or each node's leader
+        # into its own node's copy (ckpt.node_copies).
+        shared = self.rank == (node.leader if node is not None else 0)
+        if shared:
             root.mkdir(parents=True, exist_ok=True)
             if not self._in_flight_names():
                 # Rank 0's launcher holds the stage lock, and no save of ours is in flight:
@@ -193,11 +208,17 @@ class Checkpointer:
         if self.world > 1:  # the others write only after rank 0's clean-up (alone: no wait)
             dist.barrier()
         self.io.begin_save(tmp, slot)
-        self.engine.save_checkpoint(str(root), tag=tmp.name, save_latest=False)
+        # DeepSpeed reads this flag at every save: a node copy needs the file on its node.
+        self.engine.save_non_zero_checkpoint = self.writes_model_states or (
+            node is not None and shared)
+        try:
+            self.engine.save_checkpoint(str(root), tag=tmp.name, save_latest=False)
+        finally:
+            self.engine.save_non_zero_checkpoint = self.writes_model_states
         self.io.save_json(tmp / rng_file(self.rank), payload.rng)
         if payload.grad_buffers is not None:
             self.io.save_bytes(tmp / grad_file(self.rank), payload.grad_buffers)
-        if self.rank == 0:
+        if shared:
             self.io.save_json(tmp / PROGRESS, payload.progress)
             self.io.save_json(tmp / DATA, payload.data)
             self.io.save_json(tmp / META, payload.meta)
@@ -208,7 +229,8 @@ class Checkpointer:
         if slot is not None:
             self.pool.forget_unused(slot, {f.rel for f in self.io.captured})
         references = dict(self.io.references)  # layer files kept in earlier checkpoints
-        build = lambda entries: self._manifest(tmp, step, entries, payload, references)  # noqa: E731
+        extra = {**payload.extra, NODE: node.record()} if node is not None else payload.extra
+        build = lambda entries: self._manifest(tmp, step, entries, payload, references, extra)  # noqa: E731
         return SaveJob(step=step, tmp=tmp, files=list(self.io.captured), build_manifest=build,
                        slot=slot)
 
@@ -285,7 +307,7 @@ class Checkpointer:
                 self.guard = self.copier = None
 
     def _manifest(self, tmp: Path, step: int, files: dict, payload: SavePayload,
-                  references: dict[str, str]):
+                  references: dict[str, str], extra: dict):
         # Files DeepSpeed copies without its engine (its zero_to_fp32.py helper) are hashed here.
         for path in tmp.rglob("*"):
             rel = path.relative_to(tmp).as_posix()
@@ -298,7 +320,7 @@ class Checkpointer:
         return manifest_io.Manifest(
             stage=self.stage, step=step, components=components, files=files,
             parallel=self.parallel, mid_accumulation=payload.grad_record is not None,
-            hashing=self.hashing, extra={"parent": payload.meta.get("parent"), **payload.extra},
+            hashing=self.hashing, extra={"parent": payload.meta.get("parent"), **extra},
             references=selective_references(tmp.parent, references))
 
 
@@ -351,6 +373,12 @@ def load_complete(checkpointer: Checkpointer, path: Path, stage: str, parallel: 
     # Structure, signature and compatibility now; every byte is checked as it is read
     # below (each file read once, hashed while read, parsed from the same buffer).
     manifest = check_resumable(path, stage, parallel, identity, checksums=False)
+    if not serves(manifest.extra, checkpointer.rank):
+        from ckpt.errors import IncompatibleCheckpoint
+        raise IncompatibleCheckpoint(path, (
+            f"is node {manifest.extra[NODE]['index']}'s copy, holding the files of ranks "
+            f"{served_ranks(manifest.extra)}, not those of rank {checkpointer.rank}; resume "
+            "with resume=latest, which agrees on a copy every rank can load"))
     io = checkpointer.io
     io.begin_load(path, manifest)
     checkpointer.engine.load_checkpoint(str(path.parent), tag=path.name,

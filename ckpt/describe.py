@@ -28,6 +28,8 @@ def describe(directory: Path) -> tuple:
             # Checkpoint tiers this save was sent to (ckpt.tiers), and the files it uses
             # from earlier checkpoints (selective persistence).
             "tiers": manifest.extra.get("tiers"),
+            # A node copy (the memory tier across nodes) holds only its node's ranks' files.
+            "node": manifest.extra.get("node"),
             "references": {rel: e["checkpoint"] for rel, e in sorted(manifest.references.items())},
             "referenced_bytes": sum(e["size"] for e in manifest.references.values())}
     return manifest, info

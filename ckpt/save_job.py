@@ -6,7 +6,8 @@ wrote (or why they could not) on the checkpoint process group, a group of its ow
 this exchange never interleaves with training collectives. Rank 0 commits only when
 every rank's files are durable (manifest last, rename, `latest`), then tells every rank
 the outcome: all ranks learn of a failure at the same time, and `latest` stays at the
-previous checkpoint.
+previous checkpoint. A node copy (ckpt.node_copies) is committed by each node's leader
+with its own ranks' files, and the save counts only if every node's commit did.
 """
 from __future__ import annotations
 
@@ -73,7 +74,10 @@ class SaveJob:
     keep: int | None = None
     """Retention in this job's checkpoints directory (None: the runner's keep_last)."""
     after_commit: object = None
-    """Rank 0, once committed: callable(final) -> {tier: outcome} (ckpt.tiers.replicate)."""
+    """The committing rank, once committed: callable(final) -> {tier: outcome}
+    (ckpt.tiers.replicate)."""
+    node: dict | None = None
+    """A node copy: {"index", "ranks"} of this rank's node (None: one copy, rank 0 commits)."""
     placement: dict = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
     stall_s: float = 0.0
@@ -89,6 +93,11 @@ class SaveJob:
     @property
     def bytes(self) -> int:
         return sum(f.image.size for f in self.files if f.image is not None)
+
+    @property
+    def committer(self) -> int:
+        """The rank that writes this job's manifest: rank 0, or the node's leader."""
+        return self.node["ranks"][0] if self.node is not None else 0
 
 
 @dataclass
@@ -136,7 +145,7 @@ class SaveRunner:
         if "failure" in result:
             raise self._write_failed(job, result["failure"])
         final = Path(result["final"])
-        if self.rank == 0 and job.after_commit is not None:
+        if self.rank == job.committer and job.after_commit is not None:
             # Copies to other tiers: each one's failure is recorded there, never this save's.
             job.placement = job.after_commit(final)
         return final
@@ -149,9 +158,31 @@ class SaveRunner:
             return self._commit(job, [report])
         reports = [None] * self.world
         dist.all_gather_object(reports, report, group=self.group)
+        if job.node is not None:
+            return self._agree_per_node(job, reports)
         outcome = [self._commit(job, reports) if self.rank == 0 else None]
         dist.broadcast_object_list(outcome, src=0, group=self.group)
         return outcome[0]
+
+    def _agree_per_node(self, job: SaveJob, reports: list[dict]) -> dict:
+        """Each node's leader commits its node's copy once every rank's files are durable
+        (on every node: a node must not commit a step another node could not write); then
+        every rank learns every node's outcome. A node that committed while another
+        failed keeps its copy: a restore agrees on a step every node holds
+        (stages.tier_restore), so the lone copy is never used on its own."""
+        failed = next((r["failure"] for r in reports if r["failure"] is not None), None)
+        if failed is not None:
+            if self.rank == job.committer:
+                shutil.rmtree(job.tmp, ignore_errors=True)
+            return {"failure": failed}
+        outcome = (self._commit(job, [reports[r] for r in job.node["ranks"]])
+                   if self.rank == job.committer else None)
+        outcomes = [None] * self.world
+        dist.all_gather_object(outcomes, outcome, group=self.group)
+        failed = next((o["failure"] for o in outcomes if o is not None and "failure" in o), None)
+        if failed is not None:
+            return {"failure": failed}
+        return outcomes[job.committer]
 
     def _release_slot(self, job: SaveJob) -> None:
         """Nothing reads the staging buffers any more: the next save may fill them while

@@ -79,8 +79,26 @@ def init_distributed(parallel_cfg) -> tuple[int, int]:
     # whose order does not depend on how many threads happened to be free.
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
+    ranks_follow_nodes(parallel_cfg)
     deepspeed.init_distributed(dist_backend=backend_for(parallel_cfg.backend))
     return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+
+def ranks_follow_nodes(parallel_cfg) -> None:
+    """Node K's ranks are K * ranks-per-node + local rank, run after run.
+
+    torchrun's c10d rendezvous numbers the nodes in the order of their agents' (address,
+    pid), so after a restart node 1 may come back holding ranks 0..n-1. A rank's data
+    shard, RNG stream and the files of a node's memory-tier copy (ckpt.node_copies)
+    follow its number, so baton numbers ranks by `parallel.node_rank` instead. Safe only
+    when every worker connects to the agent's store as a client (torchrun's default,
+    TORCHELASTIC_USE_AGENT_STORE=True): no worker hosts the store, so any numbering that
+    is a permutation works. Otherwise torchrun's numbers stay, and a node copy that does
+    not hold a rank's files is not used (stages.tier_restore.agree_across_nodes)."""
+    if parallel_cfg.nodes <= 1 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return
+    per_node = int(os.environ["LOCAL_WORLD_SIZE"])
+    os.environ["RANK"] = str(int(parallel_cfg.node_rank) * per_node + int(os.environ["LOCAL_RANK"]))
 
 
 def is_finite(value: float) -> bool:

@@ -4,7 +4,8 @@ Without tiers: every `stage.save_every` steps and the last, into the run directo
 With tiers: also every memory/peer interval; a step due in the run directory is written
 there, any other into this node's memory tier, and the committed save is then copied
 to the rest of the tiers it is due in (on rank 0, after the commit, off the training
-thread when saves are asynchronous).
+thread when saves are asynchronous). Across nodes, a memory-tier save is a node copy
+(ckpt.node_copies): each node's leader commits its own and sends it to the peer.
 """
 from __future__ import annotations
 
@@ -30,8 +31,10 @@ class TierSaves:
                 else self.plan.memory_root())
         keep = self.plan.keep_last if written == PERSISTENT else self.plan.memory_keep
 
+        per_node = written == MEMORY and self.plan.per_node
+
         def copy_to_other_tiers(final):
             from ckpt.tiers.replicate import replicate
-            return replicate(self.plan, final, due, written)
+            return replicate(self.plan, final, due, written, node_copy=per_node)
 
-        return Destination(root, keep, copy_to_other_tiers)
+        return Destination(root, keep, copy_to_other_tiers, per_node=per_node)

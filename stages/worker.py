@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -24,6 +25,7 @@ from core.errors import BatonError
 from ckpt import safe_load, signing
 from ckpt.checkpointer import Checkpointer, SaveOptions, SavePayload, load_complete
 from ckpt.layout import checkpoints_dir, resolve_resume, stage_dir
+from ckpt.node_copies import NodeGroup
 from ckpt.tiers.plan import PERSISTENT
 from ckpt.parallel_layout import Layout
 from ckpt.state import RngState, TrainingProgress, derived_seed, seed_everything
@@ -89,10 +91,12 @@ class StageWorker:
         self.root = checkpoints_dir(self.cfg.run.dir, s.name)
         self.files = run_files.RunFiles(stage_dir(self.cfg.run.dir, s.name), self.rank == 0)
         self.files.environment(fingerprint.collect(self.cfg.repro.mode, training_config_hash(self.cfg)))
+        p = self.cfg.parallel
         self.ckpt = Checkpointer(self.engine, self.root, s.name, self.parallel, s.keep_last,
                                  self.cfg.debug.crash_in_save_at_step,
                                  self.cfg.debug.fail_write_at_step,
-                                 SaveOptions.from_config(self.cfg.ckpt))
+                                 SaveOptions.from_config(self.cfg.ckpt),
+                                 NodeGroup.gather(p.node_rank, p.nodes, self.world))
         self.tier_saves = TierSaves(self.cfg)
         self.preemption = Preemption()
         self.window = grad_accum.Window()
@@ -231,6 +235,10 @@ class StageWorker:
 
     def resume(self) -> None:
         path = resolve_resume(self.cfg.resume, self.root)
+        if self.cfg.resume is not None and self.cfg.parallel.nodes > 1 and self.tier_saves.plan.enabled:
+            from stages.tier_restore import agree_across_nodes
+            agreed = agree_across_nodes(self.cfg, str(path) if path else None, self.rank, self.world)
+            path = Path(agreed) if agreed else None
         if path is None:
             if self.cfg.resume == "latest":
                 self.files.log(f"resume=latest: no checkpoint under {self.root} yet; starting at step 0")

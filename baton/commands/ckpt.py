@@ -82,6 +82,9 @@ def _inspect(args) -> int:
     if manifest.extra.get("tiers"):
         console.print(f"tiers: {', '.join(manifest.extra['tiers'])} (where this save was sent; "
                       "`baton ckpt tiers STAGE` shows what each tier holds now)")
+    if info["node"]:
+        console.print(f"node copy: node {info['node']['index']}, the files of ranks "
+                      f"{info['node']['ranks']} and the shared ones (a resume of those ranks only)")
     console.print(f"content digest: {info['content_digest']}", soft_wrap=True)  # one line, to copy
     return 0
 

@@ -37,6 +37,7 @@ class TierPlan:
     peer_endpoint: str | None = None
     peer_timeout_s: float = 30.0
     remote_url: str | None = None
+    nodes: int = 1
 
     @classmethod
     def from_config(cls, cfg, node: int | None = None) -> "TierPlan":
@@ -46,7 +47,13 @@ class TierPlan:
         return cls(Path(cfg.run.dir).resolve(), cfg.stage.name, node, cfg.stage.save_every,
                    cfg.stage.keep_last, t.memory.every, t.memory.keep, t.memory.dir,
                    t.peer.every, t.peer.keep, t.peer.endpoint, t.peer.timeout_s,
-                   t.persistent.url)
+                   t.persistent.url, int(cfg.parallel.nodes))
+
+    @property
+    def per_node(self) -> bool:
+        """Memory-tier saves are node copies (ckpt.node_copies): one per node, each in that
+        node's tmpfs, and their peer copies kept per node too."""
+        return self.nodes > 1
 
     @property
     def enabled(self) -> bool:
@@ -72,10 +79,12 @@ class TierPlan:
         return (Path(self.memory_dir) / f"baton-tiers-{os.getuid()}" / run_key(self.run_dir)
                 / f"node-{node}" / self.stage / "checkpoints")
 
-    def peer_scope(self) -> str:
-        """The keeper holds whole checkpoints, sent by rank 0 from the committed copy, so
-        every node's launcher finds them under one name."""
-        return f"{run_key(self.run_dir)}/{self.stage}"
+    def peer_scope(self, node_copy: bool = False) -> str:
+        """Whole checkpoints, sent by rank 0 from a committed run-directory or single-node
+        copy, are under one name every node's launcher finds; a node copy under its node's
+        own (`<...>/node-<k>`), sent by that node's leader."""
+        whole = f"{run_key(self.run_dir)}/{self.stage}"
+        return f"{whole}/node-{self.node}" if node_copy else whole
 
     def remote_root(self) -> str | None:
         return f"{self.remote_url.rstrip('/')}/{self.stage}/checkpoints" if self.remote_url else None

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 
-def node_problems(parallel, tiers) -> list[str]:
+def node_problems(parallel, tiers, selective=None) -> list[str]:
     p, found = parallel, []
     if p.nodes < 1:
         return [f"parallel.nodes={p.nodes}: expected >= 1 machines"]
@@ -19,10 +19,12 @@ def node_problems(parallel, tiers) -> list[str]:
             found.append(f"parallel.rdzv_endpoint={p.rdzv_endpoint!r}: expected host:port of "
                          "the c10d rendezvous, the same on every node (e.g. node 0's "
                          "address and a free port) when parallel.nodes > 1")
-        if tiers.memory.every:
+        if tiers.memory.every and selective is not None and selective.threshold is not None:
+            # A node copy's layer files would reference only that node's earlier copies:
+            # untested, so refused rather than trusted.
             found.append(
-                f"ckpt.tiers.memory.every={tiers.memory.every} with parallel.nodes={p.nodes}: "
-                "the memory tier is single-node for now (a node's copy would hold only its "
-                "own ranks' files); use the peer and persistent tiers across nodes "
-                "(docs/tiers.md)")
+                f"ckpt.selective.threshold={selective.threshold} with ckpt.tiers.memory.every="
+                f"{tiers.memory.every} and parallel.nodes={p.nodes}: selective saves into "
+                "per-node memory-tier copies are not supported yet; drop one of the two "
+                "(ckpt.selective.threshold=null, or ckpt.tiers.memory.every=0) (docs/tiers.md)")
     return found

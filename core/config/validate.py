@@ -79,7 +79,7 @@ def _placement_problems(cfg: BatonConfig) -> list[str]:
     """Where checkpoint copies go (ckpt.tiers) and which nodes the workers span."""
     return (tier_problems(cfg.ckpt.tiers, cfg.stage.save_every)
             + selective_problems(cfg.ckpt, cfg.parallel.zero_stage)
-            + node_problems(cfg.parallel, cfg.ckpt.tiers))
+            + node_problems(cfg.parallel, cfg.ckpt.tiers, cfg.ckpt.selective))
 
 
 def _study_problems(st) -> list[str]:

@@ -5,15 +5,26 @@ With the peer tier on, one node's processes are killed mid-run; both launchers t
 restart with `resume=latest`, restore the newest copy from the peer keeper (the fastest
 tier that holds it), and end bit for bit where one launcher with two ranks, never
 interrupted, ends: so two launchers also train exactly what one does.
+
+With the memory tier on, each node keeps its own copy (its ranks' files and the shared
+ones) and sends it to the keeper under its own name; after a crash and one node's memory
+wiped, the nodes restore from different tiers and different steps, agree on the older
+one, and again end bit for bit where the uninterrupted run ends.
 """
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 from pathlib import Path
 
 import pytest
 
+from ckpt.layout import committed_steps
+from ckpt.manifest import read as read_manifest
+from ckpt.state_files import rng_file
+from ckpt.tiers.plan import TierPlan
+from core.config import compose
 from tests.conftest import metrics, run_baton
 from tests.keeper_process import KeeperProcess
 from tests.process_tree import kill_tree, start_baton, wait_until
@@ -97,3 +108,68 @@ def test_a_node_killed_mid_run_resumes_from_the_peer_tier(straight, tmp_path):
         assert all(a[s]["loss"] == b[s]["loss"] for s in range(int(newest_peer[5:]) + 1, STEPS + 1))
     finally:
         keeper.stop()
+
+
+@pytest.fixture(scope="module")
+def straight_zero1(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("one-launcher-zero1")
+    run_baton("stage", "cpt", f"run.dir={run_dir}", *COMMON, EVERY_4, "parallel.zero_stage=1",
+              check=True)
+    return run_dir
+
+
+def _node_memory(run_dir: Path, node: int, tiers: list[str]) -> Path:
+    cfg = compose(["stage=cpt", f"run.dir={run_dir}", *COMMON, "parallel.nodes=2",
+                   f"parallel.node_rank={node}", "parallel.rdzv_endpoint=h:1", *tiers])
+    return TierPlan.from_config(cfg).memory_root()
+
+
+@pytest.mark.parametrize("zero_stage", [0, 1])
+def test_each_node_keeps_its_own_memory_copy_and_the_nodes_agree_on_a_step(
+        zero_stage, request, tmp_path):
+    """ZeRO 0: the node's leader writes the model-states file holding the optimizer state;
+    ZeRO 1: each rank's optimizer shard stays on its own node."""
+    straight = request.getfixturevalue("straight" if zero_stage == 0 else "straight_zero1")
+    keeper = KeeperProcess()
+    run_dir = tmp_path / "run"
+    tiers = [f"parallel.zero_stage={zero_stage}", "stage.save_every=6",
+             "ckpt.tiers.memory.every=1", "ckpt.tiers.memory.keep=3",
+             "ckpt.tiers.peer.every=2", "ckpt.tiers.peer.keep=2",
+             f"ckpt.tiers.peer.endpoint={keeper.endpoint}"]
+    memory = [_node_memory(run_dir, k, tiers) for k in (0, 1)]
+    try:
+        # Rank 0 (node 0) dies inside save 4: saves 1-3 are committed on both nodes (node
+        # copies), and 2 is also on the keeper, once per node.
+        assert all(rc != 0 for rc in _finish(_start_nodes(
+            tmp_path, run_dir, "crash", *tiers, "debug.crash_in_save_at_step=4")))
+        for k, root in enumerate(memory):
+            assert [p.name for p in committed_steps(root)] == [
+                "step-000001", "step-000002", "step-000003"], f"node {k}"
+            copy = root / "step-000003"
+            assert read_manifest(copy).extra["node"] == {"index": k, "ranks": [k]}
+            assert (copy / rng_file(k)).is_file() and not (copy / rng_file(1 - k)).exists()
+            assert (copy / "mp_rank_00_model_states.pt").is_file(), f"node {k}'s shared files"
+            shards = sorted(p.name for p in copy.glob("zero_pp_rank_*optim_states.pt"))
+            assert shards == ([f"zero_pp_rank_{k}_mp_rank_00_optim_states.pt"] if zero_stage else [])
+        shown = run_baton("ckpt", "inspect", str(memory[1] / "step-000003"), check=True).stdout
+        assert "node copy: node 1, the files of ranks [1]" in shown
+        shutil.rmtree(memory[1])  # node 1 restarts: its tmpfs is empty
+
+        logs = [tmp_path / f"again-node{k}.log" for k in (0, 1)]
+        assert _finish(_start_nodes(tmp_path, run_dir, "again", *tiers, "resume=latest")) == [0, 0]
+        restored = [json.loads((run_dir / "cpt" / r).read_text())
+                    for r in ("restore.json", "restore-node-1.json")]
+        # Each launcher found its own node's newest: node 0 in its memory, node 1 (wiped)
+        # only its keeper copy, an older step; the workers agreed on the older one.
+        assert (restored[0]["tier"], restored[0]["name"]) == ("memory", "step-000003")
+        assert (restored[1]["tier"], restored[1]["name"]) == ("peer", "step-000002")
+        said = logs[0].read_text() + logs[1].read_text()
+        assert "the nodes agree on step-000002 or older; using step-000002 from the memory tier" in said
+        diff = run_baton("ckpt", "diff", str(straight / FINAL), str(run_dir / FINAL))
+        assert diff.returncode == 0 and "IDENTICAL" in diff.stdout, diff.stdout + diff.stderr
+        a, b = metrics(straight, "cpt"), metrics(run_dir, "cpt")
+        assert all(a[s]["loss"] == b[s]["loss"] for s in range(3, STEPS + 1))
+    finally:
+        keeper.stop()
+        for root in memory:
+            shutil.rmtree(root.parents[2], ignore_errors=True)

@@ -37,10 +37,17 @@ def test_every_node_names_the_same_c10d_job_and_its_own_files(tmp_path):
     (["parallel.nodes=2", "parallel.node_rank=2", "parallel.world_size=2",
       "parallel.rdzv_endpoint=h:1"], "parallel.node_rank=2: expected 0..1"),
     (["parallel.nodes=2", "parallel.world_size=2", "parallel.rdzv_endpoint=h:1",
-      "ckpt.tiers.memory.every=1"], "the memory tier is single-node for now"),
+      "ckpt.tiers.memory.every=1", "ckpt.selective.threshold=0"],
+     "selective saves into per-node memory-tier copies are not supported yet"),
     (["parallel.nodes=0"], "parallel.nodes=0: expected >= 1"),
 ])
 def test_bad_node_settings_are_named_with_the_fix(overrides, message):
     with pytest.raises(ConfigError) as caught:
         compose(overrides)
     assert message in str(caught.value)
+
+
+def test_the_memory_tier_is_allowed_across_nodes():
+    cfg = compose(["parallel.nodes=2", "parallel.world_size=2", "parallel.rdzv_endpoint=h:1",
+                   "ckpt.tiers.memory.every=1"])
+    assert cfg.ckpt.tiers.memory.every == 1
