@@ -250,7 +250,7 @@ class SaveRunner:
         except Exception as exc:  # noqa: BLE001
             if job.tmp.exists() or not (final / MANIFEST).is_file():
                 shutil.rmtree(job.tmp, ignore_errors=True)
-                return {"failure": failure_of(exc, 0)}
+                return {"failure": failure_of(exc, self.rank)}  # rank 0 or a node's leader
             # Renamed with its manifest: committed. Only moving `latest` failed.
             log.warning("committed %s but could not point `latest` at it: %s", final, exc)
         try:
