@@ -229,8 +229,11 @@ class Checkpointer:
         if slot is not None:
             self.pool.forget_unused(slot, {f.rel for f in self.io.captured})
         references = dict(self.io.references)  # layer files kept in earlier checkpoints
-        extra = {**payload.extra, NODE: node.record()} if node is not None else payload.extra
-        build = lambda entries: self._manifest(tmp, step, entries, payload, references, extra)  # noqa: E731
+        def build(entries: dict, node_record: dict | None):
+            # A node copy's record ends with the save's id, known once every rank reported.
+            extra = {**payload.extra, NODE: node_record} if node_record else payload.extra
+            return self._manifest(tmp, step, entries, payload, references, extra)
+
         return SaveJob(step=step, tmp=tmp, files=list(self.io.captured), build_manifest=build,
                        slot=slot)
 

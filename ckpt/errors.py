@@ -87,6 +87,27 @@ class CheckpointWriteFailed(CheckpointError):
             "with a lower stage.keep_last), then resume the stage with resume=latest"))
 
 
+
+class NodeCopyIncomplete(CheckpointWriteFailed):
+    """Across nodes, this node committed its copy of a memory-tier save but another node's
+    commit failed: the save did not happen as a whole, though this node's `latest` names it."""
+
+    def __init__(self, path, step: int, error: OSError, node: dict, failed_rank: int,
+                 file: str | None = None):
+        self.step, self.errno, self.strerror = step, error.errno, error.strerror or str(error)
+        self.latest, self.file, self.failed_rank = None, file, failed_rank
+        where = f" (writing {file})" if file else ""
+        cause = f"[Errno {self.errno}] {self.strerror}" if self.errno is not None else self.strerror
+        CheckpointError.__init__(self, path, (
+            f"could not save the checkpoint of step {step} on every node: rank {failed_rank}'s "
+            f"node could not commit its copy: {cause}{where}. This node (node {node['index']}, "
+            f"ranks {node['ranks']}) did commit its copy, but a copy that only some nodes hold "
+            "is never resumed from: a resume agrees on the newest step every node holds, and "
+            "each node keeps its older copies until every node has a newer one. Free space in "
+            f"ckpt.tiers.memory.dir on rank {failed_rank}'s node, then resume the stage with "
+            "resume=latest"))
+
+
 class UnreadablePayload(CheckpointError):
     """A file that matches its manifest but cannot be read safely (e.g. a pickle that a
     weights_only load refuses): checkpoints holding it cannot be compared or loaded."""

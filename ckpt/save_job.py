@@ -12,6 +12,7 @@ with its own ranks' files, and the save counts only if every node's commit did.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ import torch.distributed as dist
 
 from ckpt import commit as commit_io
 from ckpt import content_hash
-from ckpt.errors import CheckpointWriteFailed
+from ckpt.errors import CheckpointWriteFailed, NodeCopyIncomplete
 from ckpt.file_image import FileImage, as_bytes, image_of
 from ckpt.layout import MANIFEST, read_latest
 from ckpt.staging import Slot
@@ -69,7 +70,7 @@ class SaveJob:
     tmp: Path
     files: list[CapturedFile]
     build_manifest: object
-    """Rank 0: callable(entries: dict[rel, entry]) -> Manifest."""
+    """The committer: callable(entries: dict[rel, entry], node record or None) -> Manifest."""
     slot: Slot | None = None
     keep: int | None = None
     """Retention in this job's checkpoints directory (None: the runner's keep_last)."""
@@ -77,7 +78,8 @@ class SaveJob:
     """The committing rank, once committed: callable(final) -> {tier: outcome}
     (ckpt.tiers.replicate)."""
     node: dict | None = None
-    """A node copy: {"index", "ranks"} of this rank's node (None: one copy, rank 0 commits)."""
+    """A node copy: {"index", "ranks"} of this rank's node, plus "save" (`save_identity`)
+    once every rank reported (None: one copy, rank 0 commits)."""
     placement: dict = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
     stall_s: float = 0.0
@@ -143,7 +145,7 @@ class SaveRunner:
             os.kill(os.getpid(), signal.SIGKILL)
         result = self._agree(job, {"written": written, "failure": failure})
         if "failure" in result:
-            raise self._write_failed(job, result["failure"])
+            raise self._write_failed(job, result["failure"], result.get("committed_here"))
         final = Path(result["final"])
         if self.rank == job.committer and job.after_commit is not None:
             # Copies to other tiers: each one's failure is recorded there, never this save's.
@@ -169,19 +171,25 @@ class SaveRunner:
         (on every node: a node must not commit a step another node could not write); then
         every rank learns every node's outcome. A node that committed while another
         failed keeps its copy: a restore agrees on a step every node holds
-        (stages.tier_restore), so the lone copy is never used on its own."""
+        (stages.tier_restore), so the lone copy is never used on its own. For the same
+        reason retention waits for every node's outcome: a node drops its older copies
+        only once every node holds the new one."""
         failed = next((r["failure"] for r in reports if r["failure"] is not None), None)
         if failed is not None:
             if self.rank == job.committer:
                 shutil.rmtree(job.tmp, ignore_errors=True)
             return {"failure": failed}
-        outcome = (self._commit(job, [reports[r] for r in job.node["ranks"]])
+        job.node = {**job.node, "save": save_identity(job.tmp.name, reports)}
+        outcome = (self._commit(job, [reports[r] for r in job.node["ranks"]], retain=False)
                    if self.rank == job.committer else None)
         outcomes = [None] * self.world
         dist.all_gather_object(outcomes, outcome, group=self.group)
         failed = next((o["failure"] for o in outcomes if o is not None and "failure" in o), None)
         if failed is not None:
-            return {"failure": failed}
+            mine = outcomes[job.committer]
+            return {"failure": failed, "committed_here": mine.get("final") if mine else None}
+        if self.rank == job.committer:
+            self._retain(job)
         return outcomes[job.committer]
 
     def _release_slot(self, job: SaveJob) -> None:
@@ -236,9 +244,10 @@ class SaveRunner:
             commit_io.fsync_dir(directory)
         return written
 
-    def _commit(self, job: SaveJob, reports: list[dict]) -> dict:
-        """Rank 0. Always returns an outcome (the other ranks wait for it): a failure only
-        while nothing was renamed into place, so `latest` is untouched."""
+    def _commit(self, job: SaveJob, reports: list[dict], retain: bool = True) -> dict:
+        """Rank 0 (or a node's leader). Always returns an outcome (the other ranks wait for
+        it): a failure only while nothing was renamed into place, so `latest` is untouched.
+        `retain`: apply retention now (a node copy waits for every node's outcome)."""
         failures = [r["failure"] for r in reports if r["failure"] is not None]
         if failures:
             shutil.rmtree(job.tmp, ignore_errors=True)
@@ -246,13 +255,18 @@ class SaveRunner:
         entries = {rel: e for report in reports for rel, e in report["written"].items()}
         final = commit_io.final_dir(job.tmp)
         try:
-            commit_io.commit(job.tmp, job.build_manifest(entries))
+            commit_io.commit(job.tmp, job.build_manifest(entries, job.node))
         except Exception as exc:  # noqa: BLE001
             if job.tmp.exists() or not (final / MANIFEST).is_file():
                 shutil.rmtree(job.tmp, ignore_errors=True)
                 return {"failure": failure_of(exc, self.rank)}  # rank 0 or a node's leader
             # Renamed with its manifest: committed. Only moving `latest` failed.
             log.warning("committed %s but could not point `latest` at it: %s", final, exc)
+        if retain:
+            self._retain(job)
+        return {"final": str(final)}
+
+    def _retain(self, job: SaveJob) -> None:
         try:
             removed = commit_io.apply_retention(
                 job.tmp.parent, self.keep_last if job.keep is None else job.keep, self.discarded)
@@ -260,9 +274,9 @@ class SaveRunner:
                 log.info("retention removed %s", ", ".join(p.name for p in removed))
         except OSError as exc:  # old checkpoints stay; the next save retries
             log.warning("retention could not remove an old checkpoint: %s", exc)
-        return {"final": str(final)}
 
-    def _write_failed(self, job: SaveJob, failure: dict) -> CheckpointWriteFailed:
+    def _write_failed(self, job: SaveJob, failure: dict,
+                      committed_here: str | None = None) -> CheckpointWriteFailed:
         exc = OSError(failure["errno"], failure["strerror"], failure["filename"])
         exc.internal = failure["errno"] is None
         file = None
@@ -270,4 +284,22 @@ class SaveRunner:
             name = Path(failure["filename"])
             file = name.relative_to(job.tmp).as_posix() if name.is_relative_to(job.tmp) else str(name)
         latest = read_latest(job.tmp.parent)
+        if committed_here is not None:  # this node's copy is in place; another node's is not
+            return NodeCopyIncomplete(job.tmp, job.step, exc, job.node, failure["rank"], file)
         return CheckpointWriteFailed(job.tmp, job.step, exc, latest.name if latest else None, file)
+
+
+def save_identity(name: str, reports: list[dict]) -> str:
+    """One id for a save across its node copies: a digest of every rank's reported state
+    files (meta.json, which records times and argv, left out). Every rank computes it from
+    the same gathered reports, so every node's copy of one save records the same id, and
+    a copy from another save at the same step (a restart re-saved it) records another.
+    A restore agrees on a step only where every node's copy has the same id."""
+    from ckpt.content_digest import is_state_file
+
+    hashed = hashlib.sha256(name.encode())
+    for rank, report in enumerate(reports):
+        for rel in sorted(report["written"]):
+            if is_state_file(rel):
+                hashed.update(f"\n{rank}:{rel}:{content_hash.identity(report['written'][rel])}".encode())
+    return "save1:" + hashed.hexdigest()

@@ -27,6 +27,7 @@ from ckpt.compat import read_meta
 from ckpt.equivalence import check_equivalence
 from ckpt.errors import ReshardError, ReshardNotEquivalent, ReshardUnsupported
 from ckpt.layout import MANIFEST, committed_steps
+from ckpt.node_copies import NODE, served_ranks
 from ckpt.parallel_layout import Layout, Sharding
 from ckpt.reader import CheckpointReader
 
@@ -82,6 +83,12 @@ def _refuse_early(src: Path, dst: Path, manifest, source: Sharding, target: Shar
                            f"{source.zero_stage}; nothing to reshard: resume it directly with "
                            f"resume={src}, or pass a parallel.world_size / parallel.zero_stage "
                            "that differs")
+    ranks = served_ranks(manifest.extra)
+    if ranks is not None and ranks != list(range(source.world_size)):
+        raise ReshardUnsupported(src, source.to_dict(), target.to_dict(), (
+            f"it is node {manifest.extra[NODE]['index']}'s memory-tier copy, holding the files "
+            f"of ranks {ranks} only (ckpt.node_copies), and a reshard reads every rank's. "
+            "Reshard a checkpoint of the run directory (the persistent tier) instead"))
     if manifest.mid_accumulation:
         raise ReshardUnsupported(src, source.to_dict(), target.to_dict(), (
             "it was saved mid-accumulation, and the accumulated gradients are per-rank partial sums "

@@ -67,13 +67,13 @@ def peer_scopes(plan: TierPlan) -> list[str]:
 
 
 def restore(plan: TierPlan, staging: Path, rank: int | None = None,
-            not_after: str | None = None) -> Restored:
+            not_after: str | None = None, before: str | None = None) -> Restored:
     """`rank`: use only copies that hold this rank's files (a node copy holds its node's
-    ranks'); `not_after`: only checkpoints no newer than this name."""
+    ranks'); `not_after`: only checkpoints no newer than this name; `before`: only
+    checkpoints older than this name."""
     started, fell_through = time.perf_counter(), []
-    bound = position_of(not_after) if not_after is not None else None
     for tier, name in holdings(plan, fell_through):
-        if bound is not None and position_of(name) > bound:
+        if not _in_bounds(position_of(name), not_after, before):
             continue
         try:
             path = _local_copy(plan, tier, name, staging)
@@ -88,6 +88,12 @@ def restore(plan: TierPlan, staging: Path, rank: int | None = None,
             continue
         return Restored(path, tier, name, fell_through, time.perf_counter() - started)
     return Restored(None, None, None, fell_through, time.perf_counter() - started)
+
+
+def _in_bounds(position: tuple[int, int], not_after: str | None, before: str | None) -> bool:
+    if not_after is not None and position > position_of(not_after):
+        return False
+    return before is None or position < position_of(before)
 
 
 def checkpoint_name(path: Path) -> str:

@@ -142,15 +142,20 @@ def test_each_node_keeps_its_own_memory_copy_and_the_nodes_agree_on_a_step(
         # copies), and 2 is also on the keeper, once per node.
         assert all(rc != 0 for rc in _finish(_start_nodes(
             tmp_path, run_dir, "crash", *tiers, "debug.crash_in_save_at_step=4")))
+        saves = []
         for k, root in enumerate(memory):
             assert [p.name for p in committed_steps(root)] == [
                 "step-000001", "step-000002", "step-000003"], f"node {k}"
             copy = root / "step-000003"
-            assert read_manifest(copy).extra["node"] == {"index": k, "ranks": [k]}
+            node = read_manifest(copy).extra["node"]
+            assert (node["index"], node["ranks"]) == (k, [k])
+            saves.append([read_manifest(root / f"step-00000{s}").extra["node"]["save"] for s in (1, 2, 3)])
             assert (copy / rng_file(k)).is_file() and not (copy / rng_file(1 - k)).exists()
             assert (copy / "mp_rank_00_model_states.pt").is_file(), f"node {k}'s shared files"
             shards = sorted(p.name for p in copy.glob("zero_pp_rank_*optim_states.pt"))
             assert shards == ([f"zero_pp_rank_{k}_mp_rank_00_optim_states.pt"] if zero_stage else [])
+        # Both nodes' copies of a save name the same save; each save its own.
+        assert saves[0] == saves[1] and len(set(saves[0])) == 3
         shown = run_baton("ckpt", "inspect", str(memory[1] / "step-000003"), check=True).stdout
         assert "node copy: node 1, the files of ranks [1]" in shown
         shutil.rmtree(memory[1])  # node 1 restarts: its tmpfs is empty

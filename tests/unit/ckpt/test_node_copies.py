@@ -101,3 +101,17 @@ def test_the_keeper_holds_each_nodes_copies_under_its_own_name(tmp_path, keeper)
     assert (restored.tier, restored.name) == ("peer", "step-000004")
     assert checkpoint_name(restored.path) == "step-000004" != restored.path.name
     assert manifest_io.read(restored.path).extra[NODE]["ranks"] == [2, 3]
+
+
+def test_a_node_copy_is_refused_by_reshard_in_words(tmp_path):
+    from ckpt.errors import ReshardUnsupported
+    from ckpt.parallel_layout import Sharding
+    from handoff.reshard import _refuse_early
+
+    copy = _copy(tmp_path / "shm", 3, [2, 3])
+    manifest = manifest_io.read(copy)
+    with pytest.raises(ReshardUnsupported, match=r"node 1's memory-tier copy, holding the files "
+                       r"of ranks \[2, 3\] only"):
+        _refuse_early(copy, tmp_path / "out", manifest, Sharding(4, 0), Sharding(2, 0))
+    whole = _copy(tmp_path / "run", 3, None)  # a whole checkpoint passes this check
+    _refuse_early(whole, tmp_path / "out", manifest_io.read(whole), Sharding(4, 0), Sharding(2, 0))
