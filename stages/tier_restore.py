@@ -4,12 +4,13 @@ across nodes, the workers then agree on one checkpoint every rank can load."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from ckpt.layout import position_of, stage_dir
-from core.errors import BatonError
 from ckpt.tiers.plan import TierPlan
 from ckpt.tiers.restore import checkpoint_name, restore
+from core.errors import BatonError
 from stages.nodes import node_file
 
 RESTORE_RECORD = "restore.json"
@@ -65,6 +66,8 @@ def agree_across_nodes(cfg, path: str | None, rank: int, world: int) -> str | No
         dist.all_gather_object(offers, mine)
         step = next_step(offers)
         if step is AGREED:
+            if offer is None or not offer.is_relative_to(staging):
+                shutil.rmtree(staging, ignore_errors=True)  # a fetched copy no rank loads
             return str(offer) if offer is not None else None
         if step is None:
             offer = None
