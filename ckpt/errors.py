@@ -87,7 +87,6 @@ class CheckpointWriteFailed(CheckpointError):
             "with a lower stage.keep_last), then resume the stage with resume=latest"))
 
 
-
 class NodeCopyIncomplete(CheckpointWriteFailed):
     """Across nodes, this node committed its copy of a memory-tier save but another node's
     commit failed: the save did not happen as a whole, though this node's `latest` names it."""
