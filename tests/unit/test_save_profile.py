@@ -1,0 +1,41 @@
+"""`python -m bench.save_profile`: the parts of a save are measured on the training thread
+and nest as the calls do, the saver thread's CPU is reported in async mode, and a bad flag
+is refused in one line."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+PART = re.compile(r"^per save, training thread: (.+): ([0-9.]+) ms$", re.M)
+
+
+def profile(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench.save_profile", *args], cwd=REPO,
+                          text=True, capture_output=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_the_parts_of_a_save_nest_as_the_calls_do():
+    proc = profile("--steps", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    parts = {label: float(ms) for label, ms in PART.findall(proc.stdout)}
+    call, capture = parts["the save call (Checkpointer.save)"], parts["baton's capture (Checkpointer._capture)"]
+    deepspeed = parts["DeepSpeed's save_checkpoint"]
+    snapshot = parts["baton's snapshot into staging (ckpt.snapshot)"]
+    # Each part is called inside the one before it, so none can take longer than it.
+    assert call >= capture >= deepspeed >= snapshot > 0, parts
+    saver = re.search(r"saver thread CPU per save \(median\): ([0-9.]+) ms", proc.stdout)
+    assert saver and float(saver.group(1)) > 0, proc.stdout
+    steps = re.search(r"step: ([0-9.]+) ms without saves, ([0-9.]+) ms with a save", proc.stdout)
+    assert steps and all(float(v) > 0 for v in steps.groups()), proc.stdout
+
+
+def test_a_bad_flag_is_refused_without_a_traceback():
+    proc = profile("--steps", "0")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "--steps must be at least 1" in proc.stderr
