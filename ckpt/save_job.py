@@ -283,9 +283,9 @@ class SaveRunner:
         if failure["filename"]:
             name = Path(failure["filename"])
             file = name.relative_to(job.tmp).as_posix() if name.is_relative_to(job.tmp) else str(name)
-        latest = read_latest(job.tmp.parent)
         if committed_here is not None:  # this node's copy is in place; another node's is not
             return NodeCopyIncomplete(job.tmp, job.step, exc, job.node, failure["rank"], file)
+        latest = read_latest(job.tmp.parent)
         return CheckpointWriteFailed(job.tmp, job.step, exc, latest.name if latest else None, file)
 
 

@@ -72,8 +72,7 @@ def agree_across_nodes(cfg, path: str | None, rank: int, world: int) -> str | No
         if step is None:
             offer = None
         elif step[0] == "before" or mine is None or mine[0] != step[1]:
-            offer = _again(plan, staging, rank, **{"not_after" if step[0] == "not_after"
-                                                   else "before": step[1]})
+            offer = _again(plan, staging, rank, **{step[0]: step[1]})
 
 
 AGREED = ("agreed", None)
@@ -96,7 +95,8 @@ def offer_of(path: Path | None) -> tuple[str, str | None] | None:
 def next_step(offers: list) -> tuple[str, str] | tuple[str, None] | None:
     """What every rank does after seeing every rank's offer: AGREED; ("not_after", name):
     each rank not offering `name` looks for it or older; ("before", name): every rank
-    looks for an older step; None: some rank has nothing, so every rank starts at step 0."""
+    looks for an older step; None: some rank has nothing, so every rank starts at step 0.
+    The first item is the keyword `restore` takes the bound as."""
     if len(set(offers)) == 1:
         return AGREED
     if any(o is None for o in offers):
