@@ -2,21 +2,24 @@
 
     python -m bench.gil_probe [--duty 0.25] [--rounds 3] [--steps 20] [overrides]
 
-A background thread works `duty` of the time, in 25 ms periods, while the default model
-trains: pure-Python work (which holds the GIL), or the same duty of hashing 1 MiB buffers
-(`hashlib` releases the GIL for inputs that large). Blocks without the thread, with
-Python work and with GIL-free work are interleaved, `--rounds` times; each ratio is
-throughput with the thread over throughput without, min and median.
+Background work runs `duty` of the time, in 25 ms periods, while the default model
+trains: pure-Python work on a thread (which holds the GIL), the same duty of hashing
+1 MiB buffers on a thread (`hashlib` releases the GIL for inputs that large), or the same
+Python work in a separate process (its own GIL, the other core). Blocks without background
+work and with each kind are interleaved, `--rounds` times; each ratio is throughput with
+the work over throughput without, min and median.
 
 Why it exists: the default model's step is bound by one core running Python, so the
 saver's Python competes with it for the GIL, not only for a core. The probe tells the two
-costs apart on the machine it runs on; docs/async_checkpoints.md uses it to say where a
-save's remaining cost is and what would remove it.
+costs apart on the machine it runs on, and the process kind shows what moving the saver's
+Python out of the training process would leave; docs/async_checkpoints.md uses it to say
+where a save's remaining cost is and what would remove it.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
+import multiprocessing
 import os
 import shutil
 import statistics
@@ -28,35 +31,47 @@ from pathlib import Path
 PERIOD_S = 0.025
 
 
+def busy_loop(kind: str, duty: float, stop) -> None:
+    """Work `duty` of each period until `stop` is set: Python loops, or hashing."""
+    buffer = os.urandom(1 << 20)
+    busy, idle = PERIOD_S * duty, PERIOD_S * (1 - duty)
+    while not stop.is_set():
+        started = time.perf_counter()
+        while time.perf_counter() - started < busy:
+            if kind == "gil_free":
+                hashlib.sha256(buffer).digest()
+            else:
+                total = 0
+                for value in range(1000):
+                    total += value
+        stop.wait(idle)
+
+
 class Load:
-    """A thread busy `duty` of each period: Python loops or GIL-free hashing."""
+    """Background work for one block: a thread (python, gil_free) or a child process
+    (process: Python in its own interpreter), stopped and joined when the block ends."""
 
     def __init__(self, kind: str, duty: float):
-        self.kind, self.duty = kind, duty
-        self.stop = threading.Event()
-        self.buffer = os.urandom(1 << 20)
-        self.thread = threading.Thread(target=self._run, name=f"gil-probe-{kind}", daemon=True)
-
-    def _run(self) -> None:
-        busy, idle = PERIOD_S * self.duty, PERIOD_S * (1 - self.duty)
-        while not self.stop.is_set():
-            started = time.perf_counter()
-            while time.perf_counter() - started < busy:
-                if self.kind == "python":
-                    total = 0
-                    for value in range(1000):
-                        total += value
-                else:
-                    hashlib.sha256(self.buffer).digest()
-            self.stop.wait(idle)
+        if kind == "process":
+            context = multiprocessing.get_context("spawn")  # no copy of the trainer's threads
+            self.stop = context.Event()
+            self.worker = context.Process(target=busy_loop, args=("python", duty, self.stop),
+                                          name="gil-probe-process", daemon=True)
+        else:
+            self.stop = threading.Event()
+            self.worker = threading.Thread(target=busy_loop, args=(kind, duty, self.stop),
+                                           name=f"gil-probe-{kind}", daemon=True)
 
     def __enter__(self):
-        self.thread.start()
+        self.worker.start()
         return self
 
     def __exit__(self, *exc):
         self.stop.set()
-        self.thread.join()
+        self.worker.join(timeout=10)
+        if isinstance(self.worker, multiprocessing.process.BaseProcess) and self.worker.is_alive():
+            self.worker.kill()  # ours, by its handle: never left running after the probe
+            self.worker.join()
 
 
 def measure(duty: float, rounds: int, steps: int, overrides: list[str]) -> dict:
@@ -79,13 +94,13 @@ def measure(duty: float, rounds: int, steps: int, overrides: list[str]) -> dict:
                 train_steps(engine, stage, steps, batches)
         return time.perf_counter() - started
 
-    ratios: dict[str, list[float]] = {"python": [], "gil_free": []}
+    ratios: dict[str, list[float]] = {"python": [], "gil_free": [], "process": []}
     try:
         block(None)  # warm-up
         kinds = list(ratios)
         for index in range(rounds):
             alone = block(None)
-            for kind in kinds[index % 2:] + kinds[:index % 2]:  # alternate which goes first
+            for kind in kinds[index % 3:] + kinds[:index % 3]:  # rotate which goes first
                 ratios[kind].append(alone / block(kind))
             progress(f"gil probe round {index + 1}/{rounds}: step {alone / steps * 1e3:.1f} ms "
                      + ", ".join(f"{k} {v[-1]:.3f}×" for k, v in ratios.items()))
@@ -112,7 +127,9 @@ def main(argv: list[str] | None = None) -> None:
           f"({result['rounds']} rounds of {result['steps_per_block']} steps), throughput ratio "
           f"min / median: Python (holds the GIL) {result['python_throughput_ratio_min']:.3f} / "
           f"{result['python_throughput_ratio_median']:.3f}; GIL-free "
-          f"{result['gil_free_throughput_ratio_min']:.3f} / {result['gil_free_throughput_ratio_median']:.3f}")
+          f"{result['gil_free_throughput_ratio_min']:.3f} / {result['gil_free_throughput_ratio_median']:.3f}; "
+          f"Python in another process {result['process_throughput_ratio_min']:.3f} / "
+          f"{result['process_throughput_ratio_median']:.3f}")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ def _as_bytes(buffer) -> torch.Tensor:
 
 class CopyBatch:
     """The copies of one save: (staged buffer, live storage) pairs, done once `done` is set.
-    A staged buffer is a storage or its kept uint8 view (ckpt.staging.Slot.views)."""
+    Either side is a storage or a kept uint8 view of one (ckpt.staging: Slot.views for the
+    buffers, StagingPool._live_view for the live storages)."""
 
     def __init__(self, pairs: list[tuple[object, torch.UntypedStorage]]):
         self.pairs = pairs
@@ -52,10 +53,10 @@ class CopyBatch:
             for first, last in self._runs():
                 if last - first > 1:  # many small storages: one call, one progress mark
                     torch._foreach_copy_(targets[first:last],
-                                         [as_bytes(src) for _, src in self.pairs[first:last]])
+                                         [_as_bytes(src) for _, src in self.pairs[first:last]])
                     self.progress.advance_many(first, [t.numel() for t in targets[first:last]])
                     continue
-                target, source = targets[first], as_bytes(self.pairs[first][1])
+                target, source = targets[first], _as_bytes(self.pairs[first][1])
                 nbytes = target.numel()
                 for start in range(0, nbytes, COPY_PIECE):
                     end = min(start + COPY_PIECE, nbytes)

@@ -3,8 +3,9 @@
 The training step is blocked only while storages are copied here; the background
 writer reads the copies while training changes the originals. With `lazy` (the default,
 `ckpt.snapshot=lazy`), host storages are not copied by the save call: the stager records
-(buffer, storage) pairs in `Slot.deferred`, and ckpt.deferred_copy copies them while the
-next forward and backward run, before the next optimizer step. Buffers are allocated
+(buffer, live storage) pairs, both as kept uint8 views, in `Slot.deferred`, and
+ckpt.deferred_copy copies them while the next forward and backward run, before the next
+optimizer step. Buffers are allocated
 once per (slot, file, storage index) and reused while the sizes match (they do, step
 after step), so a save allocates nothing after the first: one staging copy of the state
 per in-flight save, which the bench reports as peak extra host memory.
@@ -72,6 +73,8 @@ class StagingPool:
         self._available = threading.Condition()
         self._gpu = torch.cuda.is_available()
         self._stream = torch.cuda.Stream() if self._gpu else None
+        self._live_views: dict[tuple[int, int], torch.Tensor] = {}
+        self._live_used: dict[tuple[int, int], torch.Tensor] = {}
 
     def acquire(self) -> Slot:
         """A free slot; blocks while every slot holds a save still being written."""
@@ -116,8 +119,8 @@ class StagingPool:
                 staged = buffer.untyped_storage()[buffer.storage_offset():buffer.storage_offset() + nbytes]
                 slot.views[staged.data_ptr()] = buffer
             if storage.device.type == "cpu" and self.lazy:
-                # copied by ckpt.deferred_copy, into the buffer's kept uint8 view
-                slot.deferred.append((slot.views[staged.data_ptr()], storage))
+                # copied by ckpt.deferred_copy, from a kept view into the buffer's kept view
+                slot.deferred.append((slot.views[staged.data_ptr()], self._live_view(storage)))
             elif storage.device.type == "cpu":
                 staged.copy_(storage)
             else:
@@ -134,8 +137,26 @@ class StagingPool:
 
         return stage_one
 
+    def _live_view(self, storage: torch.UntypedStorage) -> torch.Tensor:
+        """A uint8 view of a live storage, made on its first save and reused by the next.
+
+        The copier would otherwise build one per storage and save: two torch calls each,
+        and every torch call on a background thread hands the GIL back and forth with the
+        training step (`python -m bench.gil_probe` measures what that costs). The kept view
+        holds its storage alive, so no other storage can appear at its address: a hit on
+        (address, size) is the same bytes. `forget_unused` drops the views the save did
+        not use (a storage the engine replaced, e.g. by a load, is then no longer held)."""
+        key = (storage.data_ptr(), storage.nbytes())
+        view = self._live_views.get(key)
+        if view is None:
+            view = as_bytes(storage)
+        self._live_used[key] = view
+        return view
+
     def forget_unused(self, slot: Slot, keys: set[str]) -> None:
-        """Drop buffers of files this save no longer has (a layout change)."""
+        """After a save's capture: drop buffers of files this save no longer has (a layout
+        change), and the live views it did not use."""
+        self._live_views, self._live_used = self._live_used, {}
         for key in list(slot.buffers):
             if key not in keys:
                 del slot.buffers[key]

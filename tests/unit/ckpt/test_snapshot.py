@@ -133,3 +133,33 @@ def test_staged_buffers_keep_one_byte_view_each_across_saves():
     assert slot.byte_view(stranger).data_ptr() == stranger.data_ptr()
     pool.forget_unused(slot, set())  # the file is gone: its buffers and their views too
     assert slot.views == {} and slot.buffers == {}
+
+
+def test_live_storages_keep_one_byte_view_across_saves_and_replaced_ones_are_let_go():
+    from ckpt.deferred_copy import CopyBatch
+
+    pool = StagingPool(1, lazy=True)
+    state = _state()
+
+    def save() -> tuple[dict, list]:
+        slot = pool.acquire()
+        slot.deferred = []
+        copy = snapshot(state, pool.stager(slot, "model_states.pt"))
+        pool.forget_unused(slot, {"model_states.pt"})
+        pairs = [pair for pair in slot.deferred if pair[1].numel()]  # empties share address 0
+        CopyBatch(slot.deferred).run()
+        pool.release(slot)
+        return copy, pairs
+
+    _, first = save()
+    state["flat"].add_(1.0)  # the view reads the storage in place: the change is copied
+    copy, second = save()
+    assert all(a[1] is b[1] for a, b in zip(first, second))  # no new view, no torch call
+    assert torch.equal(copy["flat"], state["flat"])
+    old_ptr = state["flat"].data_ptr()
+    state["flat"] = torch.full((40,), 9.0)  # the engine replaced a tensor (a load, say)
+    state["views"] = (state["flat"][:8], state["flat"][8:20].view(3, 4))
+    copy, third = save()
+    assert torch.equal(copy["flat"], torch.full((40,), 9.0))  # the new storage's bytes
+    assert old_ptr not in {view.data_ptr() for _, view in third}
+    assert old_ptr not in {ptr for ptr, _ in pool._live_views}  # the old storage is not held
