@@ -26,19 +26,32 @@ from bench.methods.baton_checkpointer import payload, save_options
 from bench.training import TokenBatches, accumulation, train_steps
 
 
-class SavingTrainer:
-    """Optimizer steps on the bench state, with or without a baton save after each."""
+SAVERS = ("thread", "process")
+"""Where the async saves are finished (ckpt.saver): each measured in the same run."""
 
-    def __init__(self, state, directory: Path, mode: str):
+
+class SavingTrainer:
+    """Optimizer steps on the bench state, with or without a baton save after each.
+    Several may share one engine (one per saver): `activate` hands the engine's
+    checkpoint engine to this one's checkpointer before its block."""
+
+    def __init__(self, state, directory: Path, mode: str, saver: str | None = None):
+        from dataclasses import replace
+
         from ckpt.checkpointer import Checkpointer
 
         self.engine, self.stage = state.engine, state.cfg.stage
         self.options = save_options(state.cfg, mode)
+        if saver is not None:
+            self.options = replace(self.options, saver=saver)
         self.batches = TokenBatches(self.stage, self.engine.module.config.vocab_size, seed=1)
         self.tokens_per_step = self.batches.tokens * accumulation(self.engine)
         self.checkpointer = Checkpointer(self.engine, directory, self.stage.name, state.layout,
                                          keep_last=2, options=self.options)
         self.step = 0
+
+    def activate(self) -> None:
+        self.engine.checkpoint_engine = self.checkpointer.io
 
     def train(self, steps: int) -> None:
         train_steps(self.engine, self.stage, steps, self.batches)
@@ -85,38 +98,54 @@ class RawWriteEveryStep:
 
 
 def run_every_step(state, directory: Path, mode: str, steps_per_block: int, blocks: int,
-                   label: str) -> dict:
+                   label: str, savers: tuple[str, ...] = SAVERS) -> dict[str, dict]:
+    """{saver: summary}: blocks without saves, then one block with saves per saver, then
+    the bound's block, in turn, `blocks` times (async: one saver per ckpt.saver; sync has
+    no saver, so one kind of block with saves)."""
+    if mode != "async":
+        savers = savers[:1]
     with stdout_to_stderr():
-        trainer = SavingTrainer(state, directory, mode)
+        trainers = {saver: SavingTrainer(state, directory / saver, mode, saver) for saver in savers}
+    first = next(iter(trainers.values()))
     bound = RawWriteEveryStep(state, directory)
 
     def train_and_write(steps: int) -> None:
         for _ in range(steps):
-            trainer.train(1)
+            first.train(1)
             bound.save()
 
     try:
         with stdout_to_stderr():
-            trainer.train_and_save(1)  # warm-up: the first save allocates the staging buffers
-            trainer.checkpointer.drain()
-        without, with_saves, with_bound = [], [], []
-        cpu = {"without": [], "with_saves": []}  # the training thread's own CPU per block
+            for trainer in trainers.values():  # warm-up: the first save allocates the staging
+                trainer.activate()  # buffers (and starts the saver process)
+                trainer.train_and_save(1)
+                trainer.checkpointer.drain()
+        without, with_bound = [], []
+        with_saves = {saver: [] for saver in trainers}
+        cpu = {"without": [], **{saver: [] for saver in trainers}}  # training thread CPU per block
         for index in range(blocks):
             with stdout_to_stderr():
-                without.append(_timed(trainer.train, steps_per_block, cpu["without"]))
-                with_saves.append(_timed(trainer.train_and_save, steps_per_block, cpu["with_saves"]))
-                trainer.checkpointer.drain()
+                without.append(_timed(first.train, steps_per_block, cpu["without"]))
+                for saver, trainer in trainers.items():
+                    trainer.activate()
+                    with_saves[saver].append(_timed(trainer.train_and_save, steps_per_block,
+                                                    cpu[saver]))
+                    trainer.checkpointer.drain()
                 with_bound.append(_timed(train_and_write, steps_per_block))
                 bound.drain()
+            rates = ", ".join(f"{steps_per_block / with_saves[saver][-1]:.3g} with a save every "
+                              f"step ({saver} saver)" for saver in trainers)
             progress(f"{label} every-step block {index + 1}/{blocks} ({mode}): "
-                     f"{steps_per_block / without[-1]:.3g} steps/s without saves, "
-                     f"{steps_per_block / with_saves[-1]:.3g} with a save every step, "
+                     f"{steps_per_block / without[-1]:.3g} steps/s without saves, {rates}, "
                      f"{steps_per_block / with_bound[-1]:.3g} with the bound's write")
     finally:
         with stdout_to_stderr():
-            trainer.checkpointer.close()
+            for trainer in trainers.values():
+                trainer.checkpointer.close()
         bound.close()
-    return summary(trainer, state, steps_per_block, without, with_saves, with_bound, cpu)
+    return {saver: summary(trainer, state, steps_per_block, without, with_saves[saver],
+                           with_bound, {"without": cpu["without"], "with_saves": cpu[saver]})
+            for saver, trainer in trainers.items()}
 
 
 def summary(trainer: SavingTrainer, state, steps_per_block: int, without: list[float],
@@ -124,7 +153,8 @@ def summary(trainer: SavingTrainer, state, steps_per_block: int, without: list[f
     stats = trainer.checkpointer.stats[1:]  # the warm-up save is not one of the measured
     steps = steps_per_block * len(without)
     return {
-        "mode": trainer.options.mode, "writer": trainer.options.writer, "params": state.params(),
+        "mode": trainer.options.mode, "saver": trainer.options.saver,
+        "writer": trainer.options.writer, "params": state.params(),
         "state_bytes": state.nbytes(), "steps_per_block": steps_per_block, "blocks": len(without),
         "tokens_per_step": trainer.tokens_per_step,
         "steps_per_s_without_saves": steps / sum(without),
@@ -139,8 +169,9 @@ def summary(trainer: SavingTrainer, state, steps_per_block: int, without: list[f
         "save_stall_s_median": statistics.median(s["stall_s"] for s in stats),
         "save_slot_wait_s_median": statistics.median(s["slot_wait_s"] for s in stats),
         "save_durable_s_median": statistics.median(s["durable_s"] for s in stats),
-        # The saver thread's CPU per save: Python there holds the GIL the step needs
-        # (`python -m bench.gil_probe` measures what that costs on this machine).
+        # The saver's CPU per save (its thread, or the saver process's main thread): on
+        # the saver thread, Python there holds the GIL the step needs (`python -m
+        # bench.gil_probe` measures what that costs on this machine).
         "save_background_cpu_s_median": _median_or_none(s["background_cpu_s"] for s in stats),
         # The training thread's own CPU per step, without and with saves: the difference
         # is the save call plus what sharing the GIL and the cores costs the step itself.

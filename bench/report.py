@@ -83,10 +83,12 @@ def every_step_lines(every: dict) -> list[str]:
         if "skipped" in run:
             lines.append(f"checkpoint every step, {name}: skipped ({run['skipped']})")
             continue
-        saver = run["save_background_cpu_s_median"]  # None: sync saves, no saver thread
-        saver_cpu = f"saver thread CPU {saver:.3g} s per save, " if saver is not None else ""
+        saver = run["save_background_cpu_s_median"]  # None: sync saves, no saver
+        saver_cpu = (f"saver {run['saver']} CPU {saver:.3g} s per save, " if saver is not None
+                     else "")
+        kind = f"{run['mode']}, {run['saver']} saver" if run["mode"] == "async" else run["mode"]
         lines.append(
-            f"checkpoint every step, {name} ({run['mode']}, {run['writer']} writer, "
+            f"checkpoint every step, {name} ({kind}, {run['writer']} writer, "
             f"{run['state_bytes'] / 1e9:.3g} GB): {run['throughput_ratio']:.3f}× the throughput "
             f"without saves ({run['steps_per_s_with_saves']:.3g} vs "
             f"{run['steps_per_s_without_saves']:.3g} steps/s; "

@@ -31,8 +31,8 @@ def run_bench(options: BenchOptions) -> dict:
         for size in sorted(options.sizes_gb):
             points.append(measure_size(size, options, workdir, size == options.main_size_gb))
         main = points[-1]
-        every_step = {"default_model": every_step_default_model(options, workdir),
-                      "large_model": main.pop("every_step")}
+        every_step = {**by_saver("default_model", every_step_default_model(options, workdir)),
+                      **by_saver("large_model", main.pop("every_step"))}
         return {
             "bounds": main["bounds"], "methods": main["methods"],
             "unavailable": main["unavailable"], "load": main["load"], "every_step": every_step,
@@ -90,6 +90,15 @@ def baton_load(methods, outcome, rounds: int, label: str) -> dict | None:
             result = compare_loads(method.last, rounds, label)
             return {"written_by": method.name, **result}
     return None
+
+
+def by_saver(model: str, runs: dict) -> dict:
+    """The every_step entries of one model: `model` for the thread saver (the default),
+    `model`_saver_process for the saver process, measured in the same blocks."""
+    if "skipped" in runs:
+        return {model: runs}
+    return {(model if saver == "thread" else f"{model}_saver_{saver}"): run
+            for saver, run in runs.items()}
 
 
 def every_step_large(state, options: BenchOptions, workdir: Path) -> dict:

@@ -1,9 +1,8 @@
-"""The thread that finishes asynchronous saves while training goes on.
+"""The thread that finishes asynchronous saves while training goes on (`ckpt.saver=thread`).
 
 Jobs run one after another in submission order, so commits (and `latest`) advance in
-step order. The first failure is kept and raised on the training thread at its next
-step boundary (`raise_if_failed`), at `drain`, or at the next save: never silently
-dropped. Saves queued behind a failed one are discarded, not committed.
+step order. Failures go to the book (ckpt.in_flight), which raises them on the training
+thread. Saves queued behind a failed one are discarded, not committed.
 
 After a commit the thread deletes the checkpoints retention retired; `wait_committed`
 returns before that, `drain` after.
@@ -17,38 +16,23 @@ import threading
 import time
 
 from ckpt.errors import CheckpointWriteFailed
+from ckpt.in_flight import InFlightSaves
 from ckpt.save_job import SaveJob, SaveRunner
 
 log = logging.getLogger(__name__)
 
 
-class BackgroundSaver:
+class BackgroundSaver(InFlightSaves):
     def __init__(self, runner: SaveRunner, release_slot, on_done):
+        super().__init__()
         self.runner, self._release, self._on_done = runner, release_slot, on_done
         self._jobs: queue.Queue = queue.Queue()
-        self._idle = threading.Condition()
-        self._pending = 0
-        self._unsettled = 0
-        """Submitted saves neither committed nor failed yet."""
-        self._pending_dirs: list[str] = []
-        self.failure: BaseException | None = None
-        """The first failure, until raised on the training thread."""
-        self.first_failure: BaseException | None = None
-        self._failed = False
         self._thread = threading.Thread(target=self._loop, name="baton-ckpt-saver", daemon=True)
         self._thread.start()
 
     def submit(self, job: SaveJob) -> None:
-        with self._idle:
-            self._pending += 1
-            self._unsettled += 1
-            self._pending_dirs.append(job.tmp.name)
+        self._submitted(job)
         self._jobs.put(job)
-
-    def in_flight(self) -> set[str]:
-        """Names of the `.tmp` directories of saves not yet committed or failed."""
-        with self._idle:
-            return set(self._pending_dirs)
 
     def _loop(self) -> None:
         while True:
@@ -57,7 +41,7 @@ class BackgroundSaver:
                 return
             settled = False
             try:
-                if self._failed:
+                if self.failed():
                     # After a failure no later save may commit (`latest` would move past
                     # the one reported as failed). Every rank learned of the failure from
                     # the same outcome of the same job, so every rank skips the same jobs.
@@ -79,46 +63,7 @@ class BackgroundSaver:
                     self._release(job.slot)
                 if not settled:
                     self._settle()
-                with self._idle:
-                    self._pending -= 1
-                    self._pending_dirs.remove(job.tmp.name)
-                    self._idle.notify_all()
-
-    def _settle(self) -> None:
-        with self._idle:
-            self._unsettled -= 1
-            self._idle.notify_all()
-
-    def _fail(self, exc: BaseException) -> None:
-        with self._idle:
-            self._failed = True
-            if self.first_failure is None:  # the first one is the cause
-                self.first_failure = self.failure = exc
-
-    def failed(self) -> bool:
-        """A save failed (reported or not): the run must stop."""
-        with self._idle:
-            return self._failed
-
-    def raise_if_failed(self) -> None:
-        """Raise the first failure, once."""
-        with self._idle:
-            failure, self.failure = self.failure, None
-        if failure is not None:
-            raise failure
-
-    def drain(self) -> None:
-        """Block until every submitted save is committed (or failed) and its retention
-        done; raise a failure."""
-        with self._idle:
-            self._idle.wait_for(lambda: self._pending == 0)
-        self.raise_if_failed()
-
-    def wait_committed(self) -> None:
-        """Block until every submitted save is committed (or failed); raise a failure."""
-        with self._idle:
-            self._idle.wait_for(lambda: self._unsettled == 0)
-        self.raise_if_failed()
+                self._finished(job)
 
     def close(self) -> None:
         try:

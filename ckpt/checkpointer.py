@@ -9,6 +9,8 @@ where writing, hashing, fsync and the commit overlap with the next steps.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,23 +20,29 @@ import torch.distributed as dist
 
 from ckpt import commit as commit_io
 from ckpt import content_hash
-from ckpt import manifest as manifest_io
 from ckpt.background_saver import BackgroundSaver
+from ckpt.saver_process import ProcessSaver
+from ckpt.shared_buffers import SharedBuffers
 from ckpt.cleanup import remove_leftovers
 from ckpt.deferred_copy import Copier, CopyBatch, UpdateGuard
 from ckpt.engine import BatonCheckpointEngine
 from ckpt.file_image import ALIGNMENT, DIRECT_ALIGNMENT
-from ckpt.layout import MANIFEST, step_dirname
+from ckpt.layout import step_dirname
+from ckpt.lone_rank import barriers_skipped
+from ckpt.manifest_recipe import ManifestRecipe
 from ckpt.node_copies import NODE, NodeGroup, served_ranks, serves
 from ckpt.parallel_layout import Layout
 from ckpt.save_job import Faults, SaveJob, SaveRunner
 from ckpt.staging import StagingPool
 # The file names: their own module, which readers import without DeepSpeed.
-from ckpt.state_files import (DATA, GRAD_RECORD, META, OBJECTIVE, PROGRESS, classify, grad_file,
+from ckpt.state_files import (DATA, GRAD_RECORD, META, OBJECTIVE, PROGRESS, grad_file,
                               rng_file)
 from ckpt.writers import get_writer
 
 log = logging.getLogger(__name__)
+
+SAVER_GROUP_TIMEOUT_S = 1800
+"""How long the saver processes' agreement waits for a rank's saver (as torch's default)."""
 
 
 @dataclass
@@ -63,6 +71,9 @@ class SaveOptions:
     snapshot: str = "lazy"
     """async only. lazy: the staging copy runs while the next forward and backward run, and
     the next optimizer step waits for what is left of it; eager: the save call copies."""
+    saver: str = "thread"
+    """async only. thread: the background work runs on a thread of this process; process:
+    in a saver process of its own (ckpt.saver_process), away from the training step's GIL."""
     writer: str = "auto"
     """native (csrc/, when built) | python | auto (native when built)."""
     max_in_flight: int = 1
@@ -115,7 +126,9 @@ class Checkpointer:
         self.asynchronous = self.options.mode == "async"
         self.lazy = (self.asynchronous and self.options.snapshot == "lazy"
                      and lazy_copies_are_safe(engine))
-        self.pool = (StagingPool(self.options.max_in_flight, lazy=self.lazy)
+        self.in_process = self.asynchronous and self.options.saver == "process"
+        self.pool = (StagingPool(self.options.max_in_flight, lazy=self.lazy,
+                                 shared=SharedBuffers() if self.in_process else None)
                      if self.asynchronous else None)
         self.copier, self.guard = (Copier(), UpdateGuard()) if self.lazy else (None, None)
         self.io = BatonCheckpointEngine(
@@ -142,9 +155,37 @@ class Checkpointer:
                                  self.options.hash_threads, self.options.direct,
                                  release_slot=self.pool.release if self.pool else None)
         self._committed: list[tuple[SaveJob, Path, float]] = []
+        self._tidy: set[Path] = set()
+        """Checkpoints directories whose leftovers this checkpointer removed."""
         self._reported = 0
-        self.background = (BackgroundSaver(self.runner, self.pool.release, self._record)
-                           if self.asynchronous else None)
+        self.background = None
+        if self.in_process:
+            self.background = ProcessSaver(self._saver_settings(crash_in_save_at_step,
+                                                                fail_write_at_step),
+                                           self.pool.shared, self.pool.release, self._record,
+                                           self.rank)
+        elif self.asynchronous:
+            self.background = BackgroundSaver(self.runner, self.pool.release, self._record)
+
+    def _saver_settings(self, crash_at: int, fail_write_at: int) -> dict:
+        """What the saver process's SaveRunner is built from (ckpt.saver_main). Collective
+        above world size 1: rank 0 picks the port of the savers' own group."""
+        group = None
+        if self.world > 1:
+            address = [None]
+            if self.rank == 0:
+                host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+                with socket.socket() as probe:  # a free port, for rank 0's saver to bind
+                    probe.bind((host, 0))
+                    address = [(host, probe.getsockname()[1])]
+            dist.broadcast_object_list(address, src=0)
+            group = {"addr": address[0][0], "port": address[0][1],
+                     "timeout_s": SAVER_GROUP_TIMEOUT_S}
+        return {"root": self.root, "keep_last": self.keep_last, "rank": self.rank,
+                "world": self.world, "faults": Faults(crash_at, fail_write_at),
+                "hashing": self.hashing, "threads": self.options.hash_threads,
+                "direct": self.options.direct, "writer": self.writer.name, "group": group,
+                "log_level": logging.getLogger().getEffectiveLevel()}
 
     def save(self, step: int, payload: SavePayload, to: Destination | None = None) -> Path:
         """Collective: every rank calls it. Returns the checkpoint's final directory: already
@@ -182,7 +223,11 @@ class Checkpointer:
         if self.background is not None:
             self.background.submit(job)
             return tmp.with_name(name)
-        final = self.runner.run(job)
+        try:
+            final = self.runner.run(job)
+        except BaseException:
+            self._tidy.clear()  # what a failed save left is removed at the next one
+            raise
         self._record(job, final, time.perf_counter() - started)
         self.runner.free_discarded()
         return final
@@ -203,8 +248,13 @@ class Checkpointer:
                 # every leftover is a dead save's. (With saves in flight, their commits may
                 # be renaming right now; the next idle save cleans up.)
                 commit_io.clear_stale_tmp(root, name)
-                for leftover in remove_leftovers(root):
-                    log.warning("removed %s: %s", leftover.path, leftover.why)
+                if root not in self._tidy:
+                    # Once per directory: after that only a failed save of ours could
+                    # leave one, and a failure clears `_tidy` (a listing per save costs
+                    # an every-step save a quarter of a millisecond of the step).
+                    for leftover in remove_leftovers(root):
+                        log.warning("removed %s: %s", leftover.path, leftover.why)
+                    self._tidy.add(root)
         if self.world > 1:  # the others write only after rank 0's clean-up (alone: no wait)
             dist.barrier()
         self.io.begin_save(tmp, slot)
@@ -212,7 +262,8 @@ class Checkpointer:
         self.engine.save_non_zero_checkpoint = self.writes_model_states or (
             node is not None and shared)
         try:
-            self.engine.save_checkpoint(str(root), tag=tmp.name, save_latest=False)
+            with barriers_skipped(self.world):
+                self.engine.save_checkpoint(str(root), tag=tmp.name, save_latest=False)
         finally:
             self.engine.save_non_zero_checkpoint = self.writes_model_states
         self.io.save_json(tmp / rng_file(self.rank), payload.rng)
@@ -228,13 +279,12 @@ class Checkpointer:
                 self.io.save_json(tmp / OBJECTIVE, payload.objective)
         if slot is not None:
             self.pool.forget_unused(slot, {f.rel for f in self.io.captured})
-        references = dict(self.io.references)  # layer files kept in earlier checkpoints
-        def build(entries: dict, node_record: dict | None):
-            # A node copy's record ends with the save's id, known once every rank reported.
-            extra = {**payload.extra, NODE: node_record} if node_record else payload.extra
-            return self._manifest(tmp, step, entries, payload, references, extra)
-
-        return SaveJob(step=step, tmp=tmp, files=list(self.io.captured), build_manifest=build,
+        recipe = ManifestRecipe(
+            tmp=tmp, stage=self.stage, step=step, parallel=self.parallel,
+            zero_stage=self.layout.zero_stage, mid_accumulation=payload.grad_record is not None,
+            hashing=self.hashing, extra={"parent": payload.meta.get("parent"), **payload.extra},
+            references=dict(self.io.references))  # layer files kept in earlier checkpoints
+        return SaveJob(step=step, tmp=tmp, files=list(self.io.captured), build_manifest=recipe,
                        slot=slot)
 
     def _copy_later(self, job: SaveJob, slot) -> None:
@@ -309,23 +359,6 @@ class Checkpointer:
                 self.copier.close()
                 self.guard = self.copier = None
 
-    def _manifest(self, tmp: Path, step: int, files: dict, payload: SavePayload,
-                  references: dict[str, str], extra: dict):
-        # Files DeepSpeed copies without its engine (its zero_to_fp32.py helper) are hashed here.
-        for path in tmp.rglob("*"):
-            rel = path.relative_to(tmp).as_posix()
-            if path.is_file() and rel not in files and rel != MANIFEST:
-                files[rel] = content_hash.hash_file(path, self.hashing)
-        components: dict[str, list[str]] = {}
-        for rel in sorted(files):
-            for name in classify(rel, self.layout.zero_stage):
-                components.setdefault(name, []).append(rel)
-        return manifest_io.Manifest(
-            stage=self.stage, step=step, components=components, files=files,
-            parallel=self.parallel, mid_accumulation=payload.grad_record is not None,
-            hashing=self.hashing, extra={"parent": payload.meta.get("parent"), **extra},
-            references=selective_references(tmp.parent, references))
-
 
 LAZY_SAFE_OPTIMIZERS = ("AdamW", "Adam", "SGD")
 """torch optimizers that change weights and state only inside step(), and DeepSpeed's
@@ -353,18 +386,6 @@ def optimizer_names(engine) -> list[str]:
     """The parameter name behind each optimizer state index (param_groups order)."""
     name_of = {id(p): n for n, p in engine.module.named_parameters()}
     return [name_of[id(p)] for group in engine.optimizer.param_groups for p in group["params"]]
-
-
-def selective_references(root: Path, held_in: dict[str, str]) -> dict[str, dict]:
-    """rel -> {"checkpoint", "size", "chunks"}: each referenced file's entry, copied from
-    the manifest of the checkpoint that holds it (committed before this one: saves commit
-    in order), so this manifest alone checks those bytes."""
-    entries, manifests = {}, {}
-    for rel, name in held_in.items():
-        if name not in manifests:
-            manifests[name] = manifest_io.read(root / name)
-        entries[rel] = {"checkpoint": name, **manifests[name].files[rel]}
-    return entries
 
 
 def load_complete(checkpointer: Checkpointer, path: Path, stage: str, parallel: dict,

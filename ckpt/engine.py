@@ -62,7 +62,7 @@ class BatonCheckpointEngine(CheckpointEngine):
             state_dict = self._save_layers(state_dict)
         if self.slot is not None:
             try:  # the cheap capture: containers rebuilt, storages copied, pickled later
-                state = snapshot(state_dict, self.pool.stager(self.slot, rel))
+                state = snapshot(state_dict, self.pool.stager(self.slot, rel), self.slot.tensors)
                 self.captured.append(CapturedFile(rel, state=state, alignment=self.alignment))
                 return
             except Unsupported:

@@ -11,6 +11,18 @@ class CheckpointError(BatonError):
         self.path = str(path)
         super().__init__(f"{self.path}: {message}")
 
+    def __reduce__(self):
+        # Raised in the saver process and raised again in the worker (ckpt.saver_process):
+        # rebuilt from its message and fields, as subclasses' __init__ take other arguments.
+        return _rebuilt, (type(self), self.args, self.__dict__)
+
+
+def _rebuilt(kind: type, args: tuple, fields: dict) -> CheckpointError:
+    error = kind.__new__(kind)
+    Exception.__init__(error, *args)
+    error.__dict__.update(fields)
+    return error
+
 
 class NotACheckpoint(CheckpointError):
     """No committed checkpoint at the path (missing directory or manifest, or uncommitted)."""

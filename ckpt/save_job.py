@@ -142,7 +142,7 @@ class SaveRunner:
         self._release_slot(job)
         if failure is None and job.step == self.faults.crash_at and self.rank == 0:
             log.error("debug.crash_in_save_at_step=%d: SIGKILL before the manifest", job.step)
-            os.kill(os.getpid(), signal.SIGKILL)
+            self.crash()
         result = self._agree(job, {"written": written, "failure": failure})
         if "failure" in result:
             raise self._write_failed(job, result["failure"], result.get("committed_here"))
@@ -151,6 +151,10 @@ class SaveRunner:
             # Copies to other tiers: each one's failure is recorded there, never this save's.
             job.placement = job.after_commit(final)
         return final
+
+    def crash(self) -> None:
+        """debug.crash_in_save_at_step: the worker dies as if killed mid-save."""
+        os.kill(os.getpid(), signal.SIGKILL)
 
     def _agree(self, job: SaveJob, report: dict) -> dict:
         """Every rank's report to rank 0, its commit's outcome back to every rank. Alone,

@@ -49,6 +49,9 @@ class Slot:
     """data_ptr -> a uint8 tensor over exactly that staged buffer, made once with it: the
     copier and the writer reuse it every save instead of building a view of each storage
     (two torch calls each, every one a GIL hand-off between the saver and the step)."""
+    tensors: "KeptTensors" = field(default_factory=lambda: KeptTensors())
+    """ckpt.snapshot's staged tensors over these buffers, reused by the next save that
+    stages the same tensor here."""
 
     def byte_view(self, storage: torch.UntypedStorage) -> torch.Tensor:
         """The staged buffer behind `storage` as uint8 (any storage: a fresh view)."""
@@ -65,9 +68,44 @@ class Slot:
             self.event.synchronize()
 
 
+class KeptTensors:
+    """The staged tensors (views over a slot's buffers) one save's snapshot made, for the
+    next save into the same slot: step after step the same tensors land in the same
+    buffers, and reusing the view saves three torch calls per tensor on the training
+    thread. Keyed by (buffer address, buffer size, dtype, offset, shape, stride, type,
+    requires_grad); a kept view holds its buffer alive, so an address is never another
+    buffer's while its key is here. Views the last save did not use are dropped at its
+    capture (`forget_unused`), and with them any buffer the pool let go."""
+
+    def __init__(self):
+        self._kept: dict[tuple, torch.Tensor] = {}
+        self._used: dict[tuple, torch.Tensor] = {}
+
+    def get(self, shape: tuple, make) -> torch.Tensor:
+        """The kept view for `shape`, or `make()`. A second tensor of the same shape in one
+        save gets a view of its own: two tensor objects must stay two in the pickle (one
+        object would be written once and referenced, and the bytes would differ from
+        torch.save's)."""
+        if shape in self._used:
+            return make()
+        view = self._kept.get(shape)
+        if view is None:
+            view = make()
+        self._used[shape] = view
+        return view
+
+    def forget_unused(self) -> None:
+        self._kept, self._used = self._used, {}
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+
 class StagingPool:
-    def __init__(self, slots: int, lazy: bool = False):
-        self.lazy = lazy
+    def __init__(self, slots: int, lazy: bool = False, shared=None):
+        """`shared`: a ckpt.shared_buffers.SharedBuffers to allocate from, so the saver
+        process can read the buffers (`ckpt.saver=process`)."""
+        self.lazy, self.shared = lazy, shared
         self._free = [Slot(i) for i in range(max(slots, 1))]
         self._all = list(self._free)
         self._available = threading.Condition()
@@ -114,7 +152,8 @@ class StagingPool:
                 staged = kept[index]
             else:
                 cuda = self._gpu and storage.device.type == "cuda"
-                buffer = _aligned_empty(nbytes, pinned=cuda)
+                buffer = (self.shared.allocate(nbytes) if self.shared is not None and nbytes
+                          else _aligned_empty(nbytes, pinned=cuda))
                 # A storage of exactly these bytes (its own start, aligned), kept for reuse.
                 staged = buffer.untyped_storage()[buffer.storage_offset():buffer.storage_offset() + nbytes]
                 slot.views[staged.data_ptr()] = buffer
@@ -162,3 +201,4 @@ class StagingPool:
                 del slot.buffers[key]
         kept = {b.data_ptr() for per_file in slot.buffers.values() for b in per_file}
         slot.views = {ptr: view for ptr, view in slot.views.items() if ptr in kept}
+        slot.tensors.forget_unused()

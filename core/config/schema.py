@@ -149,6 +149,11 @@ class CkptConfig:
     """async only. lazy: the save call records what to copy, and the staging copy runs while
     the next forward and backward run; the next optimizer step waits for what is left of it.
     eager: the save call itself copies the state (docs/async_checkpoints.md)."""
+    saver: str = "thread"
+    """async only. Where the background work of a save runs (structure pickle, writing,
+    hashing, fsync, commit). thread: a thread of the training process, whose Python holds
+    the GIL the training step needs; process: a saver process of its own that reads the
+    staging buffers in shared memory and dies with its worker (docs/async_checkpoints.md)."""
     writer: str = "auto"
     """native: the C++ writer of csrc/ (multi-threaded pwrite + sha256 without the GIL);
     python: its pure-Python twin (same bytes, same hashes); auto: native when built."""

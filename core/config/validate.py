@@ -113,6 +113,9 @@ def _ckpt_problems(c) -> list[str]:
     if c.snapshot not in ("lazy", "eager"):
         found.append(f"ckpt.snapshot={c.snapshot!r}: expected lazy (the default: the staging "
                      "copy overlaps the next forward and backward) or eager (the save call copies)")
+    if c.saver not in ("thread", "process"):
+        found.append(f"ckpt.saver={c.saver!r}: expected thread (the default: a saver thread in "
+                     "the training process) or process (a saver process of its own)")
     if c.writer not in ("auto", "native", "python"):
         found.append(f"ckpt.writer={c.writer!r}: expected auto, native or python")
     if c.max_in_flight < 1:

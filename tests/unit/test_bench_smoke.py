@@ -118,7 +118,17 @@ def test_loads_and_checkpoint_every_step_are_measured(bench):
         assert load[f"verified_over_torch_load_{stat}"] == pytest.approx(
             load[f"verified_load_s_{stat}"] / load[f"torch_load_s_{stat}"], rel=1e-12)
     assert load["files"] >= 1 and positive(load["bytes"])
-    run = result["every_step"]["default_model"]
+    runs = [result["every_step"]["default_model"], result["every_step"]["default_model_saver_process"]]
+    assert [run["saver"] for run in runs] == ["thread", "process"]
+    assert runs[0]["steps_per_s_without_saves"] == runs[1]["steps_per_s_without_saves"]
+    for run in runs:  # shared blocks without saves and with the bound; its own with saves
+        _every_step_is_measured(run)
+    assert result["every_step"]["large_model"] == {"skipped": "--quick"}
+    [point] = result["sweep"]["points"]
+    assert point["methods"] == result["methods"] and point["bounds"] == result["bounds"]
+
+
+def _every_step_is_measured(run: dict) -> None:
     assert positive(run["steps_per_s_without_saves"]) and positive(run["steps_per_s_with_saves"])
     assert run["throughput_ratio"] == pytest.approx(
         run["steps_per_s_with_saves"] / run["steps_per_s_without_saves"], rel=1e-12)
@@ -130,9 +140,6 @@ def test_loads_and_checkpoint_every_step_are_measured(bench):
     assert run["bound_throughput_ratio"] == pytest.approx(
         run["steps_per_s_with_bound"] / run["steps_per_s_without_saves"], rel=1e-12)
     assert len(run["bound_block_ratios"]) == len(run["block_ratios"]) == run["blocks"]
-    assert result["every_step"]["large_model"] == {"skipped": "--quick"}
-    [point] = result["sweep"]["points"]
-    assert point["methods"] == result["methods"] and point["bounds"] == result["bounds"]
 
 
 @pytest.mark.slow

@@ -11,13 +11,13 @@ import torch
 from bench.state import build_state
 from bench.training import train_steps
 from ckpt import manifest as manifest_io
-from ckpt.checkpointer import Checkpointer, SaveOptions, SavePayload
+from ckpt.checkpointer import Checkpointer, SaveOptions
 from ckpt.cleanup import find_leftovers
 from ckpt.deferred_copy import CopyBatch, UpdateGuard
 from ckpt.errors import CheckpointWriteFailed
 from ckpt.layout import committed_steps, read_latest
 from ckpt.reader import CheckpointReader
-from ckpt.state import RngState
+from tests.integration.ckpt.in_process_rank import payload, saved_weights
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -29,36 +29,23 @@ def state(tmp_path_factory):
     built.close()
 
 
-def _payload(step: int) -> SavePayload:
-    progress = {"step": step, "micro_step": step, "micro_in_window": 0, "tokens_seen": 0,
-                "samples_seen": 0}
-    return SavePayload(progress=progress, data={"epoch": 0}, meta={"parent": None},
-                       rng=RngState.state_dict())
-
-
 def _checkpointer(state, root, **options) -> Checkpointer:
     return Checkpointer(state.engine, root, "cpt", state.layout, keep_last=3,
                         fail_write_at_step=options.pop("fail_write_at_step", -1),
                         options=SaveOptions(**options))
 
 
-def _weights(path) -> dict[str, torch.Tensor]:
-    reader = CheckpointReader(path)
-    model_file = next(rel for rel in reader.manifest.files if rel.endswith("model_states.pt"))
-    return reader.torch(model_file)["module"]
-
-
 def test_the_saved_state_is_the_state_at_the_save_call(state, tmp_path):
     """Eager: the save call copies, so anything may change the weights right after it."""
     ck = _checkpointer(state, tmp_path, mode="async", writer="python", snapshot="eager")
     before = {k: v.detach().clone() for k, v in state.module.state_dict().items()}
-    path = ck.save(1, _payload(1))
+    path = ck.save(1, payload(1))
     with torch.no_grad():  # training goes on and changes the weights while the save is written
         for parameter in state.module.parameters():
             parameter.add_(1.0)
     ck.close()
     manifest_io.verify(path)
-    saved = _weights(path)
+    saved = saved_weights(path)
     assert all(torch.equal(saved[k], before[k]) for k in before)
     with torch.no_grad():
         for parameter in state.module.parameters():
@@ -71,13 +58,13 @@ def test_a_lazy_save_holds_the_state_at_the_save_call_across_the_next_step(state
     ck = _checkpointer(state, tmp_path, mode="async", writer="python", snapshot="lazy")
     before = {k: v.detach().clone() for k, v in state.module.state_dict().items()}
     moments = _moments(state)
-    path = ck.save(1, _payload(1))
+    path = ck.save(1, payload(1))
     train_steps(state.engine, state.cfg.stage, steps=1)
     ck.close()
     after = state.module.state_dict()
     assert not all(torch.equal(after[k], before[k]) for k in before)  # the step changed them
     manifest_io.verify(path)
-    saved = _weights(path)
+    saved = saved_weights(path)
     assert all(torch.equal(saved[k], before[k]) for k in before)
     saved_moments = _moments_in(path)
     assert saved_moments and all(torch.equal(a, b) for a, b in zip(saved_moments, moments))
@@ -99,7 +86,7 @@ def test_the_next_optimizer_step_waits_for_the_lazy_copy(state, tmp_path, monkey
     monkeypatch.setattr(UpdateGuard, "wait_all", guard_reached)
     ck = _checkpointer(state, tmp_path, mode="async", writer="python", snapshot="lazy")
     before = {k: v.detach().clone() for k, v in state.module.state_dict().items()}
-    path = ck.save(1, _payload(1))
+    path = ck.save(1, payload(1))
     stepped = threading.Event()
 
     def step():
@@ -116,7 +103,7 @@ def test_the_next_optimizer_step_waits_for_the_lazy_copy(state, tmp_path, monkey
         gate.set()
         stepping.join()
     ck.close()
-    saved = _weights(path)
+    saved = saved_weights(path)
     assert all(torch.equal(saved[k], before[k]) for k in before)
     assert ck.stats[0]["update_wait_s"] >= 0.5
     assert ck.stats[0]["stall_s"] >= ck.stats[0]["update_wait_s"]
@@ -139,7 +126,7 @@ def test_saves_commit_in_order_and_reuse_their_staging_buffers(state, tmp_path):
     ck = _checkpointer(state, tmp_path, mode="async", writer="auto", max_in_flight=2)
     addresses = []
     for step in (1, 2, 3, 4):
-        ck.save(step, _payload(step))
+        ck.save(step, payload(step))
         addresses.append(sorted(b.data_ptr() for slot in ck.pool._all
                                 for per_file in slot.buffers.values() for b in per_file))
     ck.close()
@@ -156,9 +143,9 @@ def test_saves_commit_in_order_and_reuse_their_staging_buffers(state, tmp_path):
 def test_wait_committed_returns_at_the_commit_and_drain_after_retention(state, tmp_path):
     ck = Checkpointer(state.engine, tmp_path, "cpt", state.layout, keep_last=1,
                       options=SaveOptions(mode="async"))
-    ck.save(1, _payload(1))
+    ck.save(1, payload(1))
     ck.drain()
-    ck.save(2, _payload(2))
+    ck.save(2, payload(2))
     ck.wait_committed()
     # Committed: step 2 is `latest` and step 1 is out of the step namespace (retention
     # renamed it inside the commit); freeing its bytes may still be under way.
@@ -172,9 +159,9 @@ def test_wait_committed_returns_at_the_commit_and_drain_after_retention(state, t
 
 def test_a_background_failure_surfaces_at_the_next_step_and_keeps_latest(state, tmp_path):
     ck = _checkpointer(state, tmp_path, mode="async", writer="python", fail_write_at_step=2)
-    ck.save(1, _payload(1))
+    ck.save(1, payload(1))
     ck.drain()
-    ck.save(2, _payload(2))  # its first write fails with ENOSPC in the background
+    ck.save(2, payload(2))  # its first write fails with ENOSPC in the background
     with pytest.raises(CheckpointWriteFailed) as failed:
         ck.drain()
     assert failed.value.step == 2 and failed.value.latest == "step-000001"
@@ -182,7 +169,7 @@ def test_a_background_failure_surfaces_at_the_next_step_and_keeps_latest(state, 
     assert read_latest(tmp_path).name == "step-000001"
     assert not (tmp_path / "step-000002.tmp").exists()
     with pytest.raises(CheckpointWriteFailed):  # no later save may move `latest` past it
-        ck.save(3, _payload(3))
+        ck.save(3, payload(3))
     ck.close()
     assert read_latest(tmp_path).name == "step-000001"
 
@@ -191,7 +178,7 @@ def test_sync_and_async_saves_write_the_same_bytes(state, tmp_path):
     paths = {}
     for mode in ("sync", "async"):
         ck = _checkpointer(state, tmp_path / mode, mode=mode, writer="python")
-        paths[mode] = ck.save(1, _payload(1))
+        paths[mode] = ck.save(1, payload(1))
         ck.close()
     a, b = (manifest_io.verify(paths[m]) for m in ("sync", "async"))
     model_files = [rel for rel in a.files if rel.endswith(".pt")]
@@ -207,7 +194,7 @@ def test_signed_manifests_hash_with_sha256_and_unsigned_with_xxh3(state, tmp_pat
         signing.configure(key_env)
         try:
             ck = _checkpointer(state, tmp_path / name, mode="async", writer="auto")
-            path = ck.save(1, _payload(1))
+            path = ck.save(1, payload(1))
             ck.close()
             algs[name] = manifest_io.verify(path).hashing["alg"]
         finally:

@@ -9,7 +9,7 @@ imports) and killing the worker instead of the launcher saves nothing. The round
 therefore run one worker (`parallel=single`: the commit protocol is rank 0's alone) with
 one micro-batch per step, so that the run is mostly saving, and kill only once this
 round's training is under way, at a random moment within two step periods after a step
-record (which a save follows at once, save_every=1). The rounds alternate between the
+record (which a save follows at once, save_every=1) and its save's commit. The rounds alternate between the
 two ways a real crash goes: the launcher SIGKILLed (the lifeline takes torchrun and the
 worker with it at once, freezing the save) and the worker SIGKILLed (torchrun and the
 launcher see it die and fail the stage).
@@ -27,7 +27,7 @@ import pytest
 
 from ckpt import manifest as manifest_io
 from ckpt.cleanup import find_leftovers
-from ckpt.layout import committed_steps, read_latest
+from ckpt.layout import committed_steps, read_latest, step_of
 from tests.conftest import run_baton
 from tests.process_tree import (command_line, descendants, kill_tree, metrics_lines, start_baton,
                                 wait_until)
@@ -60,17 +60,26 @@ def _latest_verifies(root: Path):
     return latest
 
 
+def _newest_step(root: Path) -> int:
+    steps = committed_steps(root)
+    return step_of(steps[-1].name) if steps else -1
+
+
 def _one_round(tmp_path: Path, number: int, common: list[str], rng: random.Random,
                period: float) -> str:
     """Launch, wait for this round's first step, SIGKILL at a random moment; return the
     launch's output."""
     metrics, log = tmp_path / "cpt" / "metrics.jsonl", tmp_path / f"round-{number:02d}.log"
-    before = metrics_lines(metrics)
+    root = tmp_path / "cpt" / "checkpoints"
+    before, newest = metrics_lines(metrics), _newest_step(root)
     proc = start_baton(log, "stage", "cpt", *common)
     tree = []
     try:
-        wait_until(lambda: metrics_lines(metrics) > before or proc.poll() is not None, 300,
-                   interval=0.01, what=f"round {number}'s first step")
+        # Under way: a step recorded and its save committed (a saver process starts
+        # with the stage and its first save waits for it).
+        wait_until(lambda: (metrics_lines(metrics) > before and _newest_step(root) > newest)
+                   or proc.poll() is not None, 300, interval=0.01,
+                   what=f"round {number}'s first step and save")
         assert proc.poll() is None, f"round {number} ended unkilled:\n{log.read_text()}"
         time.sleep(rng.uniform(0, 2 * period))
         tree = descendants(proc.pid)
@@ -85,10 +94,15 @@ def _one_round(tmp_path: Path, number: int, common: list[str], rng: random.Rando
     return log.read_text()
 
 
-def test_twenty_random_sigkills_during_saves_leave_latest_verifiable_and_resumable(tmp_path, capsys):
+@pytest.mark.parametrize("saver", ["thread", "process"])
+def test_twenty_random_sigkills_during_saves_leave_latest_verifiable_and_resumable(tmp_path, capsys,
+                                                                                   saver):
+    """`saver`: where the saves are finished (ckpt.saver). With `process`, a kill of the
+    worker or of the launcher takes the saver process with it (PR_SET_PDEATHSIG), which
+    the check that every process of the killed launch died covers."""
     common = [f"run.dir={tmp_path}", f"stage.max_steps={MAX_STEPS}", "stage.save_every=1",
               "stage.keep_last=2", "stage.eval_every=1000", "stage.global_batch=4",
-              "stage.micro_batch=4", "parallel=single", "resume=latest"]
+              "stage.micro_batch=4", "parallel=single", "resume=latest", f"ckpt.saver={saver}"]
     root = tmp_path / "cpt" / "checkpoints"
     rng, period = random.Random(SEED), 0.2
     in_write = in_retention = 0
@@ -108,7 +122,7 @@ def test_twenty_random_sigkills_during_saves_leave_latest_verifiable_and_resumab
         period = _step_period(tmp_path / "cpt" / "metrics.jsonl", period)
     in_save = in_write + in_retention
     with capsys.disabled():  # the count belongs in the test log, pass or fail
-        print(f"\n{KILLS} SIGKILLs: {in_save} landed during a save ({in_write} while writing: a "
+        print(f"\n{KILLS} SIGKILLs ({saver} saver): {in_save} landed during a save ({in_write} while writing: a "
               f"step-N.tmp was left; {in_retention} in retention: a step-N.deleting was left); "
               f"latest {latest.name}")
     assert in_save >= 3, "too few kills landed during a save for this test to mean anything"

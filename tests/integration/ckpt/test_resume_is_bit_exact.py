@@ -101,3 +101,22 @@ def test_synchronous_saves_resume_bit_exact_and_match_asynchronous_ones(tmp_path
     for other in (resumed, asynchronous):
         diff = run_baton("ckpt", "diff", str(straight / final), str(other / final))
         assert diff.returncode == 0 and "IDENTICAL" in diff.stdout, diff.stdout + diff.stderr
+
+
+@pytest.mark.slow
+def test_saves_by_the_saver_process_resume_bit_exact_and_match_the_saver_threads(tmp_path):
+    """ckpt.saver=process, two ranks: their saver processes agree on each commit over a
+    group of their own. The run resumes bit for bit from the saver process's checkpoint,
+    and its final checkpoint holds the same state as the saver thread's (the default)."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    threaded = tmp_path / "thread"
+    _train(straight, "cpt", 2, 2, "ckpt.saver=process")
+    _train(resumed, "cpt", 2, 2, "ckpt.saver=process",
+           f"resume={straight / 'cpt' / 'checkpoints' / f'step-{K:06d}'}")
+    _train(threaded, "cpt", 2, 2)
+    final = f"cpt/checkpoints/step-{N:06d}"
+    for other in (resumed, threaded):
+        diff = run_baton("ckpt", "diff", str(straight / final), str(other / final))
+        assert diff.returncode == 0 and "IDENTICAL" in diff.stdout, diff.stdout + diff.stderr
+    a, b = metrics(straight, "cpt"), metrics(resumed, "cpt")
+    assert [a[s]["loss"] for s in range(K + 1, N + 1)] == [b[s]["loss"] for s in range(K + 1, N + 1)]

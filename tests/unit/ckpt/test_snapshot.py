@@ -163,3 +163,36 @@ def test_live_storages_keep_one_byte_view_across_saves_and_replaced_ones_are_let
     assert torch.equal(copy["flat"], torch.full((40,), 9.0))  # the new storage's bytes
     assert old_ptr not in {view.data_ptr() for _, view in third}
     assert old_ptr not in {ptr for ptr, _ in pool._live_views}  # the old storage is not held
+
+
+def test_the_next_save_into_the_same_slot_reuses_the_staged_tensors_and_pickles_the_same_bytes():
+    crc32_off()
+    pool = StagingPool(1)
+    state = _state()
+    state["again"] = state["flat"]  # one object twice: torch.save writes it once
+    state["twin"] = state["module"]["w"].view(3, 4)  # another object, the same view
+    slot = pool.acquire()
+    first = snapshot(state, pool.stager(slot, "f"), slot.tensors)
+    pool.forget_unused(slot, {"f"})
+    state["flat"].add_(1.0)  # what the next optimizer step does between two saves
+    second = snapshot(state, pool.stager(slot, "f"), slot.tensors)
+    pool.forget_unused(slot, {"f"})
+    assert second["module"]["w"] is first["module"]["w"] and second["param"] is first["param"]
+    assert second["twin"] is not second["module"]["w"]
+    assert second["again"] is second["flat"]
+    expected = io.BytesIO()
+    torch.save(state, expected)
+    image = image_of(second)
+    assert _file(image, [as_bytes(s) for s in image.storages]) == expected.getvalue()
+
+
+def test_a_tensor_that_changes_shape_gets_a_new_staged_view_and_the_old_one_is_let_go():
+    pool = StagingPool(1)
+    slot = pool.acquire()
+    weights = torch.randn(12)
+    first = snapshot({"w": weights.view(3, 4)}, pool.stager(slot, "f"), slot.tensors)
+    pool.forget_unused(slot, {"f"})
+    second = snapshot({"w": weights.view(4, 3)}, pool.stager(slot, "f"), slot.tensors)
+    pool.forget_unused(slot, {"f"})
+    assert second["w"] is not first["w"] and second["w"].shape == (4, 3)
+    assert len(slot.tensors) == 1
