@@ -9,8 +9,6 @@ where writing, hashing, fsync and the commit overlap with the next steps.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +19,6 @@ import torch.distributed as dist
 from ckpt import commit as commit_io
 from ckpt import content_hash
 from ckpt.background_saver import BackgroundSaver
-from ckpt.saver_process import ProcessSaver
-from ckpt.shared_buffers import SharedBuffers
 from ckpt.cleanup import remove_leftovers
 from ckpt.deferred_copy import Copier, CopyBatch, UpdateGuard
 from ckpt.engine import BatonCheckpointEngine
@@ -33,6 +29,8 @@ from ckpt.manifest_recipe import ManifestRecipe
 from ckpt.node_copies import NODE, NodeGroup, served_ranks, serves
 from ckpt.parallel_layout import Layout
 from ckpt.save_job import Faults, SaveJob, SaveRunner
+from ckpt.saver_process import ProcessSaver, saver_settings
+from ckpt.shared_buffers import SharedBuffers
 from ckpt.staging import StagingPool
 # The file names: their own module, which readers import without DeepSpeed.
 from ckpt.state_files import (DATA, GRAD_RECORD, META, OBJECTIVE, PROGRESS, grad_file,
@@ -40,9 +38,6 @@ from ckpt.state_files import (DATA, GRAD_RECORD, META, OBJECTIVE, PROGRESS, grad
 from ckpt.writers import get_writer
 
 log = logging.getLogger(__name__)
-
-SAVER_GROUP_TIMEOUT_S = 1800
-"""How long the saver processes' agreement waits for a rank's saver (as torch's default)."""
 
 
 @dataclass
@@ -160,32 +155,11 @@ class Checkpointer:
         self._reported = 0
         self.background = None
         if self.in_process:
-            self.background = ProcessSaver(self._saver_settings(crash_in_save_at_step,
-                                                                fail_write_at_step),
-                                           self.pool.shared, self.pool.release, self._record,
-                                           self.rank)
+            settings = saver_settings(self, Faults(crash_in_save_at_step, fail_write_at_step))
+            self.background = ProcessSaver(settings, self.pool.shared, self.pool.release,
+                                           self._record, self.rank)
         elif self.asynchronous:
             self.background = BackgroundSaver(self.runner, self.pool.release, self._record)
-
-    def _saver_settings(self, crash_at: int, fail_write_at: int) -> dict:
-        """What the saver process's SaveRunner is built from (ckpt.saver_main). Collective
-        above world size 1: rank 0 picks the port of the savers' own group."""
-        group = None
-        if self.world > 1:
-            address = [None]
-            if self.rank == 0:
-                host = os.environ.get("MASTER_ADDR", "127.0.0.1")
-                with socket.socket() as probe:  # a free port, for rank 0's saver to bind
-                    probe.bind((host, 0))
-                    address = [(host, probe.getsockname()[1])]
-            dist.broadcast_object_list(address, src=0)
-            group = {"addr": address[0][0], "port": address[0][1],
-                     "timeout_s": SAVER_GROUP_TIMEOUT_S}
-        return {"root": self.root, "keep_last": self.keep_last, "rank": self.rank,
-                "world": self.world, "faults": Faults(crash_at, fail_write_at),
-                "hashing": self.hashing, "threads": self.options.hash_threads,
-                "direct": self.options.direct, "writer": self.writer.name, "group": group,
-                "log_level": logging.getLogger().getEffectiveLevel()}
 
     def save(self, step: int, payload: SavePayload, to: Destination | None = None) -> Path:
         """Collective: every rank calls it. Returns the checkpoint's final directory: already

@@ -38,6 +38,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.reduction import send_handle
 from pathlib import Path
 
+import torch.distributed as dist
+
 from ckpt import saver_wire
 from ckpt.errors import CheckpointWriteFailed
 from ckpt.in_flight import InFlightSaves
@@ -56,6 +58,32 @@ def _stop(process: subprocess.Popen) -> None:
     if process.poll() is None:
         process.kill()
         process.wait()
+
+
+GROUP_TIMEOUT_S = 1800
+"""How long the saver processes' agreement waits for a rank's saver (as torch's default)."""
+
+
+def saver_settings(checkpointer, faults) -> dict:
+    """What the saver process's SaveRunner is built from (ckpt.saver_main), taken from a
+    ckpt.checkpointer.Checkpointer. Collective above world size 1: rank 0 picks the port
+    of the savers' own group and broadcasts it."""
+    group = None
+    if checkpointer.world > 1:
+        address = [None]
+        if checkpointer.rank == 0:
+            host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+            with socket.socket() as probe:  # a free port, for rank 0's saver to bind
+                probe.bind((host, 0))
+                address = [(host, probe.getsockname()[1])]
+        dist.broadcast_object_list(address, src=0)
+        group = {"addr": address[0][0], "port": address[0][1], "timeout_s": GROUP_TIMEOUT_S}
+    options = checkpointer.options
+    return {"root": checkpointer.root, "keep_last": checkpointer.keep_last,
+            "rank": checkpointer.rank, "world": checkpointer.world, "faults": faults,
+            "hashing": checkpointer.hashing, "threads": options.hash_threads,
+            "direct": options.direct, "writer": checkpointer.writer.name, "group": group,
+            "log_level": logging.getLogger().getEffectiveLevel()}
 
 
 def saver_environment() -> dict[str, str]:
