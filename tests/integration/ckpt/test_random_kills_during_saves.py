@@ -94,12 +94,14 @@ def _one_round(tmp_path: Path, number: int, common: list[str], rng: random.Rando
     return log.read_text()
 
 
-@pytest.mark.parametrize("saver", ["thread", "process"])
+@pytest.mark.parametrize("saver,kills", [("thread", KILLS), ("process", KILLS // 2)])
 def test_twenty_random_sigkills_during_saves_leave_latest_verifiable_and_resumable(tmp_path, capsys,
-                                                                                   saver):
+                                                                                   saver, kills):
     """`saver`: where the saves are finished (ckpt.saver). With `process`, a kill of the
     worker or of the launcher takes the saver process with it (PR_SET_PDEATHSIG), which
-    the check that every process of the killed launch died covers."""
+    the check that every process of the killed launch died covers. The saver process,
+    opt-in, gets half the kills: both variants at twenty took 13 of `make test`'s 49
+    minutes on this machine."""
     common = [f"run.dir={tmp_path}", f"stage.max_steps={MAX_STEPS}", "stage.save_every=1",
               "stage.keep_last=2", "stage.eval_every=1000", "stage.global_batch=4",
               "stage.micro_batch=4", "parallel=single", "resume=latest", f"ckpt.saver={saver}"]
@@ -107,7 +109,7 @@ def test_twenty_random_sigkills_during_saves_leave_latest_verifiable_and_resumab
     rng, period = random.Random(SEED), 0.2
     in_write = in_retention = 0
     latest = None
-    for number in range(KILLS):
+    for number in range(kills):
         before = _leftovers(root)
         output = _one_round(tmp_path, number, common, rng, period)
         if latest is not None:
@@ -122,7 +124,7 @@ def test_twenty_random_sigkills_during_saves_leave_latest_verifiable_and_resumab
         period = _step_period(tmp_path / "cpt" / "metrics.jsonl", period)
     in_save = in_write + in_retention
     with capsys.disabled():  # the count belongs in the test log, pass or fail
-        print(f"\n{KILLS} SIGKILLs ({saver} saver): {in_save} landed during a save ({in_write} while writing: a "
+        print(f"\n{kills} SIGKILLs ({saver} saver): {in_save} landed during a save ({in_write} while writing: a "
               f"step-N.tmp was left; {in_retention} in retention: a step-N.deleting was left); "
               f"latest {latest.name}")
     assert in_save >= 3, "too few kills landed during a save for this test to mean anything"
