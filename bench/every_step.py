@@ -100,7 +100,7 @@ class RawWriteEveryStep:
 def run_every_step(state, directory: Path, mode: str, steps_per_block: int, blocks: int,
                    label: str, savers: tuple[str, ...] = SAVERS) -> dict[str, dict]:
     """{saver: summary}: blocks without saves, then one block with saves per saver, then
-    the bound's block, in turn, `blocks` times (async: one saver per ckpt.saver; sync has
+    the bound's block, in turn (every other round in reverse), `blocks` times (async: one saver per ckpt.saver; sync has
     no saver, so one kind of block with saves)."""
     if mode != "async":
         savers = savers[:1]
@@ -123,16 +123,28 @@ def run_every_step(state, directory: Path, mode: str, steps_per_block: int, bloc
         without, with_bound = [], []
         with_saves = {saver: [] for saver in trainers}
         cpu = {"without": [], **{saver: [] for saver in trainers}}  # training thread CPU per block
+        def block_without() -> None:
+            without.append(_timed(first.train, steps_per_block, cpu["without"]))
+
+        def block_with(saver: str, trainer: SavingTrainer):
+            def run() -> None:
+                trainer.activate()
+                with_saves[saver].append(_timed(trainer.train_and_save, steps_per_block,
+                                                cpu[saver]))
+                trainer.checkpointer.drain()
+            return run
+
+        def block_bound() -> None:
+            with_bound.append(_timed(train_and_write, steps_per_block))
+            bound.drain()
+
+        kinds = [block_without, *(block_with(s, t) for s, t in trainers.items()), block_bound]
         for index in range(blocks):
             with stdout_to_stderr():
-                without.append(_timed(first.train, steps_per_block, cpu["without"]))
-                for saver, trainer in trainers.items():
-                    trainer.activate()
-                    with_saves[saver].append(_timed(trainer.train_and_save, steps_per_block,
-                                                    cpu[saver]))
-                    trainer.checkpointer.drain()
-                with_bound.append(_timed(train_and_write, steps_per_block))
-                bound.drain()
+                # Every other round in reverse order: a machine that speeds up or slows
+                # down across the run then favours no kind of block.
+                for block in (kinds if index % 2 == 0 else kinds[::-1]):
+                    block()
             rates = ", ".join(f"{steps_per_block / with_saves[saver][-1]:.3g} with a save every "
                               f"step ({saver} saver)" for saver in trainers)
             progress(f"{label} every-step block {index + 1}/{blocks} ({mode}): "
@@ -161,10 +173,14 @@ def summary(trainer: SavingTrainer, state, steps_per_block: int, without: list[f
         "steps_per_s_with_saves": steps / sum(with_saves),
         "throughput_ratio": sum(without) / sum(with_saves),
         "block_ratios": [w / s for w, s in zip(without, with_saves)],
+        # The median round: what one round of blocks most often shows (the sums above weigh
+        # a slow round more).
+        "block_ratio_median": statistics.median(w / s for w, s in zip(without, with_saves)),
         "steps_per_s_with_bound": steps / sum(with_bound),
         # The same with only a memcpy + one raw write + fsync of the state's bytes every step.
         "bound_throughput_ratio": sum(without) / sum(with_bound),
         "bound_block_ratios": [w / b for w, b in zip(without, with_bound)],
+        "bound_block_ratio_median": statistics.median(w / b for w, b in zip(without, with_bound)),
         "step_s_median": statistics.median(without) / steps_per_block,
         "save_stall_s_median": statistics.median(s["stall_s"] for s in stats),
         "save_slot_wait_s_median": statistics.median(s["slot_wait_s"] for s in stats),

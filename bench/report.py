@@ -96,7 +96,8 @@ def every_step_lines(every: dict) -> list[str]:
             f"training thread CPU {run['train_thread_cpu_s_per_step_with_saves']:.3g} s per step "
             f"with saves vs {run['train_thread_cpu_s_per_step_without_saves']:.3g} without, "
             f"step {run['step_s_median']:.3g} s); the bound (memcpy + one raw write + fsync "
-            f"every step): {run['bound_throughput_ratio']:.3f}×")
+            f"every step): {run['bound_throughput_ratio']:.3f}×; median of {run['blocks']} rounds "
+            f"{run['block_ratio_median']:.3f}× (bound {run['bound_block_ratio_median']:.3f}×)")
     return lines
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 
 import pytest
 
@@ -140,6 +141,8 @@ def _every_step_is_measured(run: dict) -> None:
     assert run["bound_throughput_ratio"] == pytest.approx(
         run["steps_per_s_with_bound"] / run["steps_per_s_without_saves"], rel=1e-12)
     assert len(run["bound_block_ratios"]) == len(run["block_ratios"]) == run["blocks"]
+    assert run["block_ratio_median"] == statistics.median(run["block_ratios"])
+    assert run["bound_block_ratio_median"] == statistics.median(run["bound_block_ratios"])
 
 
 @pytest.mark.slow
