@@ -129,6 +129,7 @@ class Checkpointer:
         self.io = BatonCheckpointEngine(
             self.pool, DIRECT_ALIGNMENT if self.options.direct else ALIGNMENT)
         engine.checkpoint_engine = self.io
+        self.io.defer_json = self.in_process
         if self.options.selective_threshold is not None:
             from ckpt.selective import SelectivePolicy
             self.io.selective = SelectivePolicy(self.options.selective_threshold,

@@ -22,7 +22,7 @@ from ckpt.file_image import ALIGNMENT, FileImage, as_bytes, crc32_off, image_of
 from ckpt.manifest import Manifest
 from ckpt.reader import CheckpointReader
 from ckpt.safe_load import allow_deepspeed_globals, load_verified_bytes
-from ckpt.save_job import CapturedFile, encode_json
+from ckpt.save_job import CapturedFile, NotPlainJson, encode_json, json_copy
 from ckpt.snapshot import Unsupported, snapshot
 from ckpt.staging import Slot, StagingPool
 
@@ -43,6 +43,9 @@ class BatonCheckpointEngine(CheckpointEngine):
         """Set (ckpt.selective.threshold): the model-states file is saved by layer."""
         self.references: dict[str, str] = {}
         """Of the save being captured: layer file -> the earlier checkpoint holding it."""
+        self.defer_json = False
+        """Set with the saver process (`ckpt.saver=process`): JSON payloads are copied
+        (containers only) and encoded there, off the training thread (`save_json`)."""
         crc32_off()
         allow_deepspeed_globals()
 
@@ -87,9 +90,17 @@ class BatonCheckpointEngine(CheckpointEngine):
         return skeleton
 
     def save_json(self, path: Path, payload) -> None:
-        """Encoded now (the C encoder: a fraction of a millisecond), so the bytes are
-        this moment's in both modes."""
+        """Encoded now (the C encoder: a quarter of a millisecond for a save's payloads),
+        so the bytes are this moment's. With the saver process, plain JSON data is copied
+        instead (`json_copy`) and encoded there.
+        On the saver thread encoding would hold the GIL the step needs, so it stays here."""
         rel = Path(path).relative_to(self.directory).as_posix()
+        if self.defer_json and self.slot is not None:
+            try:
+                self.captured.append(CapturedFile(rel, json=json_copy(payload)))
+                return
+            except NotPlainJson:
+                pass  # encoded now: whatever json says about it is raised here
         self.captured.append(CapturedFile(rel, FileImage.of_bytes(encode_json(payload))))
 
     def save_bytes(self, path: Path, data: bytes) -> None:

@@ -64,6 +64,32 @@ def encode_json(payload) -> bytes:
     return json.dumps(payload, sort_keys=True).encode()
 
 
+class NotPlainJson(TypeError):
+    """A payload `json_copy` does not copy: it is encoded at once instead."""
+
+
+_JSON_LEAVES = frozenset((str, int, float, bool, type(None)))
+
+
+def json_copy(value):
+    """A copy of plain JSON data (dicts with string keys, lists, strings, numbers, booleans,
+    None) that nothing the caller changes later can reach; anything else raises NotPlainJson.
+    Leaves are immutable, so only the containers are rebuilt; a list of leaves (the RNG
+    states' long integer lists) without a Python call per item."""
+    kind = type(value)
+    if kind is dict:
+        if not all(type(key) is str for key in value):
+            raise NotPlainJson("a key that is not a string")
+        return {key: json_copy(item) for key, item in value.items()}
+    if kind is list:
+        if _JSON_LEAVES.issuperset(map(type, value)):  # C loops, no Python call per item
+            return list(value)
+        return [json_copy(item) for item in value]
+    if kind in _JSON_LEAVES:
+        return value
+    raise NotPlainJson(f"a {kind.__name__}")
+
+
 @dataclass
 class SaveJob:
     step: int
