@@ -11,7 +11,8 @@ saver's own threads are not profiled). It prints:
   holding costs it;
 - per save, the training thread's milliseconds in each part of a save: the whole call,
   baton's capture, DeepSpeed's `save_checkpoint` and, inside it, baton's snapshot;
-- the saver thread's CPU per save (Checkpointer.stats, async only).
+- the saver's CPU per save (Checkpointer.stats, async only): the saver thread's, or the
+  saver process's main thread's with `ckpt.saver=process`.
 
 cProfile slows Python-heavy code, so read the parts as shares of a save, not as costs to
 quote; `baton bench ckpt`'s every-step line is the throughput measurement. Why it exists:
@@ -91,7 +92,7 @@ def measure(steps: int, mode: str, overrides: list[str]) -> dict:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     parts = {label: cumulative_s(with_saves, *where) / steps for label, where in SAVE_PARTS.items()}
-    return {"mode": mode, "steps": steps,
+    return {"mode": mode, "saver": trainer.options.saver, "steps": steps,
             "step_s_without_saves": without_s / steps, "step_s_with_saves": with_saves_s / steps,
             "step_work_s_without_saves": cumulative_s(without, *STEP_WORK) / steps,
             "step_work_s_with_saves": cumulative_s(with_saves, *STEP_WORK) / steps,
@@ -110,7 +111,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--steps must be at least 1 (got {args.steps})")
     result = measure(args.steps, args.mode, args.overrides)
     ms = lambda seconds: f"{seconds * 1e3:.2f} ms"  # noqa: E731
-    print(f"default model, {result['steps']} steps per block, ckpt.mode={result['mode']}, under cProfile")
+    print(f"default model, {result['steps']} steps per block, ckpt.mode={result['mode']}, "
+          f"ckpt.saver={result['saver']}, under cProfile")
     print(f"step: {ms(result['step_s_without_saves'])} without saves, "
           f"{ms(result['step_s_with_saves'])} with a save after each")
     print(f"the step's own work (forward, backward, optimizer): "
@@ -119,7 +121,8 @@ def main(argv: list[str] | None = None) -> None:
     for label, seconds in result["per_save_s"].items():
         print(f"per save, training thread: {label}: {ms(seconds)}")
     saver = result["saver_cpu_s_per_save_median"]
-    print("saver thread CPU per save (median): " + (ms(saver) if saver is not None else "none (sync)"))
+    print(f"saver {result['saver']} CPU per save (median, its main thread): "
+          + (ms(saver) if saver is not None else "none (sync)"))
 
 
 if __name__ == "__main__":
