@@ -16,6 +16,7 @@ from __future__ import annotations
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -97,66 +98,81 @@ class RawWriteEveryStep:
         self.path.unlink(missing_ok=True)
 
 
+class Rounds:
+    """The timed blocks of one every-step run, by kind: without saves, with saves (one
+    kind per saver), and with the bound's write; seconds, and the training thread's CPU."""
+
+    def __init__(self, trainers: dict[str, SavingTrainer], bound: RawWriteEveryStep,
+                 steps_per_block: int):
+        self.trainers, self.bound, self.steps = trainers, bound, steps_per_block
+        self.first = next(iter(trainers.values()))
+        self.without: list[float] = []
+        self.with_bound: list[float] = []
+        self.with_saves: dict[str, list[float]] = {saver: [] for saver in trainers}
+        self.cpu = {"without": [], **{saver: [] for saver in trainers}}
+
+    def kinds(self) -> list:
+        return [self.block_without, *(partial(self.block_with, saver) for saver in self.trainers),
+                self.block_bound]
+
+    def block_without(self) -> None:
+        self.without.append(_timed(self.first.train, self.steps, self.cpu["without"]))
+
+    def block_with(self, saver: str) -> None:
+        trainer = self.trainers[saver]
+        trainer.activate()
+        self.with_saves[saver].append(_timed(trainer.train_and_save, self.steps, self.cpu[saver]))
+        trainer.checkpointer.drain()
+
+    def block_bound(self) -> None:
+        self.with_bound.append(_timed(self._train_and_write, self.steps))
+        self.bound.drain()
+
+    def _train_and_write(self, steps: int) -> None:
+        for _ in range(steps):
+            self.first.train(1)
+            self.bound.save()
+
+    def last_rates(self) -> str:
+        rates = ", ".join(f"{self.steps / self.with_saves[saver][-1]:.3g} with a save every "
+                          f"step ({saver} saver)" for saver in self.trainers)
+        return (f"{self.steps / self.without[-1]:.3g} steps/s without saves, {rates}, "
+                f"{self.steps / self.with_bound[-1]:.3g} with the bound's write")
+
+
 def run_every_step(state, directory: Path, mode: str, steps_per_block: int, blocks: int,
                    label: str, savers: tuple[str, ...] = SAVERS) -> dict[str, dict]:
     """{saver: summary}: blocks without saves, then one block with saves per saver, then
-    the bound's block, in turn (every other round in reverse), `blocks` times (async: one saver per ckpt.saver; sync has
-    no saver, so one kind of block with saves)."""
+    the bound's block, in turn (every other round in reverse), `blocks` times (async: one
+    saver per ckpt.saver; sync has no saver, so one kind of block with saves)."""
     if mode != "async":
         savers = savers[:1]
     with stdout_to_stderr():
         trainers = {saver: SavingTrainer(state, directory / saver, mode, saver) for saver in savers}
-    first = next(iter(trainers.values()))
     bound = RawWriteEveryStep(state, directory)
-
-    def train_and_write(steps: int) -> None:
-        for _ in range(steps):
-            first.train(1)
-            bound.save()
-
+    rounds = Rounds(trainers, bound, steps_per_block)
     try:
         with stdout_to_stderr():
             for trainer in trainers.values():  # warm-up: the first save allocates the staging
                 trainer.activate()  # buffers (and starts the saver process)
                 trainer.train_and_save(1)
                 trainer.checkpointer.drain()
-        without, with_bound = [], []
-        with_saves = {saver: [] for saver in trainers}
-        cpu = {"without": [], **{saver: [] for saver in trainers}}  # training thread CPU per block
-        def block_without() -> None:
-            without.append(_timed(first.train, steps_per_block, cpu["without"]))
-
-        def block_with(saver: str, trainer: SavingTrainer):
-            def run() -> None:
-                trainer.activate()
-                with_saves[saver].append(_timed(trainer.train_and_save, steps_per_block,
-                                                cpu[saver]))
-                trainer.checkpointer.drain()
-            return run
-
-        def block_bound() -> None:
-            with_bound.append(_timed(train_and_write, steps_per_block))
-            bound.drain()
-
-        kinds = [block_without, *(block_with(s, t) for s, t in trainers.items()), block_bound]
+        kinds = rounds.kinds()
         for index in range(blocks):
             with stdout_to_stderr():
                 # Every other round in reverse order: a machine that speeds up or slows
                 # down across the run then favours no kind of block.
                 for block in (kinds if index % 2 == 0 else kinds[::-1]):
                     block()
-            rates = ", ".join(f"{steps_per_block / with_saves[saver][-1]:.3g} with a save every "
-                              f"step ({saver} saver)" for saver in trainers)
-            progress(f"{label} every-step block {index + 1}/{blocks} ({mode}): "
-                     f"{steps_per_block / without[-1]:.3g} steps/s without saves, {rates}, "
-                     f"{steps_per_block / with_bound[-1]:.3g} with the bound's write")
+            progress(f"{label} every-step block {index + 1}/{blocks} ({mode}): {rounds.last_rates()}")
     finally:
         with stdout_to_stderr():
             for trainer in trainers.values():
                 trainer.checkpointer.close()
         bound.close()
-    return {saver: summary(trainer, state, steps_per_block, without, with_saves[saver],
-                           with_bound, {"without": cpu["without"], "with_saves": cpu[saver]})
+    return {saver: summary(trainer, state, steps_per_block, rounds.without,
+                           rounds.with_saves[saver], rounds.with_bound,
+                           {"without": rounds.cpu["without"], "with_saves": rounds.cpu[saver]})
             for saver, trainer in trainers.items()}
 
 
