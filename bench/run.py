@@ -21,8 +21,9 @@ from bench.training import TrainingStep
 # round to the next on this 2-core VM, so its ratio takes twelve rounds (about a minute).
 LARGE_BLOCKS = (2, 2)
 TINY_BLOCKS = {False: (20, 12), True: (8, 3)}
-# A load of the same 1 GB took 0.24 to 2.2 s within one run here (first-touch page faults
-# of fresh memory in this VM), so loads take at least seven rounds; each is a second or two.
+# A load of the same 1 GB took 0.24 to 2.2 s within one run here (how fast this VM hands
+# out fresh memory depends on what ran before), so loads take at least seven rounds; each
+# is a second or two.
 LOAD_ROUNDS_AT_LEAST = 7
 
 

@@ -92,8 +92,8 @@ class BatonCheckpointEngine(CheckpointEngine):
     def save_json(self, path: Path, payload) -> None:
         """Encoded now (the C encoder: a quarter of a millisecond for a save's payloads),
         so the bytes are this moment's. With the saver process, plain JSON data is copied
-        instead (`json_copy`) and encoded there.
-        On the saver thread encoding would hold the GIL the step needs, so it stays here."""
+        instead (`json_copy`) and encoded there. On the saver thread encoding would hold
+        the GIL the step needs, so with it the payloads are encoded here."""
         rel = Path(path).relative_to(self.directory).as_posix()
         if self.defer_json and self.slot is not None:
             try:
