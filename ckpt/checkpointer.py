@@ -253,7 +253,9 @@ class Checkpointer:
             if payload.objective is not None:
                 self.io.save_json(tmp / OBJECTIVE, payload.objective)
         if slot is not None:
-            self.pool.forget_unused(slot, {f.rel for f in self.io.captured})
+            # A layer file a selective save left in an earlier checkpoint keeps its buffers:
+            # the next save that writes it reuses them instead of allocating them again.
+            self.pool.forget_unused(slot, {f.rel for f in self.io.captured} | set(self.io.references))
         recipe = ManifestRecipe(
             tmp=tmp, stage=self.stage, step=step, parallel=self.parallel,
             zero_stage=self.layout.zero_stage, mid_accumulation=payload.grad_record is not None,

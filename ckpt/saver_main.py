@@ -2,7 +2,7 @@
 starts it and says why it exists).
 
 It serves one worker over the socket FD: staging buffers arrive once each (a descriptor
-to map), saves arrive as descriptions (ckpt.saver_wire), and each save runs through the
+to map) and are forgotten when the worker's pool drops them, saves arrive as descriptions (ckpt.saver_wire), and each save runs through the
 same SaveRunner as on the saver thread: materialize, write, hash, fsync, agree, commit,
 retention. It reports back when the slot's buffers may be reused, when the save is
 committed, when its retention is done, or why it failed. After a failure, later saves
@@ -114,6 +114,9 @@ def serve(conn: Connection) -> None:
             return
         if message[0] == "buffer":
             saver_wire.Buffers.add(message[1], message[2], recv_handle(conn))
+            continue
+        if message[0] == "forget":
+            saver_wire.Buffers.forget(message[1])
             continue
         ident, described = message[1], saver_wire.loads(message[2])
         files = described["files"]

@@ -165,6 +165,9 @@ class ProcessSaver(InFlightSaves):
                 error = f"staging copy failed: {type(copies.error).__name__}: {copies.error}"
         if job.slot is not None:
             job.slot.device_ready()
+        dropped = self.shared.take_dropped()
+        if dropped:  # buffers of earlier saves the pool let go (ckpt.shared_buffers)
+            self.conn.send(("forget", dropped))
         for buffer, nbytes, fd in self.shared.take_unsent():
             try:
                 self.conn.send(("buffer", buffer, nbytes))

@@ -36,6 +36,12 @@ class Buffers:
             os.close(fd)  # the mapping keeps the memory
         cls.table[ident] = torch.frombuffer(mapped, dtype=torch.uint8).untyped_storage()
 
+    @classmethod
+    def forget(cls, idents: list[int]) -> None:
+        """Buffers the worker's pool dropped: unmapped once no tensor of a save uses them."""
+        for ident in idents:
+            cls.table.pop(ident, None)
+
 
 _empties: dict[int, torch.UntypedStorage] = {}
 """Of the description being loaded: one empty storage per empty storage of the sender's

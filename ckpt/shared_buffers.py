@@ -8,7 +8,9 @@ copied between the two. mmap's pages are page-aligned, so O_DIRECT can write the
 
 A buffer lives as long as the pool that made it. Each descriptor is closed once sent
 (both mappings keep the memory), so a worker holds none for long. A buffer the pool drops
-(a layout change) stays mapped in the saver until it exits: once per layout, not per save.
+(a file a save no longer has, a storage of another size) is dropped by the saver too: its
+id goes over with the next save (`take_dropped`), and the saver forgets its mapping, so
+the memory is freed once neither process maps it.
 """
 from __future__ import annotations
 
@@ -28,6 +30,9 @@ class SharedBuffers:
         """buffer id -> its memfd."""
         self._sizes: dict[int, int] = {}
         self._unsent: list[int] = []
+        self._dropped: list[int] = []
+        """Ids of sent buffers the pool dropped, not yet told to the saver."""
+        self._next = 0
 
     def allocate(self, nbytes: int) -> torch.Tensor:
         """A zero-filled uint8 tensor of `nbytes` in shared memory (nbytes > 0)."""
@@ -40,7 +45,7 @@ class SharedBuffers:
             raise
         buffer = torch.frombuffer(mapped, dtype=torch.uint8)  # holds `mapped` alive
         with self._lock:
-            ident = len(self._sizes)  # ids are never reused
+            ident, self._next = self._next, self._next + 1  # ids are never reused
             self._by_address[buffer.data_ptr()] = ident
             self._fds[ident], self._sizes[ident] = fd, nbytes
             self._unsent.append(ident)
@@ -55,6 +60,26 @@ class SharedBuffers:
                 raise ValueError(f"a storage of {nbytes} bytes at {address:#x} is not a "
                                  "shared staging buffer")
             return ident
+
+    def drop(self, address: int) -> None:
+        """The pool let go of the buffer at `address`: the saver process is told to let go
+        of it too, unless it never got it (its descriptor is closed here instead)."""
+        with self._lock:
+            ident = self._by_address.pop(address, None)
+            if ident is None:
+                return
+            del self._sizes[ident]
+            if ident in self._unsent:
+                self._unsent.remove(ident)
+                os.close(self._fds.pop(ident))
+            else:
+                self._dropped.append(ident)
+
+    def take_dropped(self) -> list[int]:
+        """Ids of the sent buffers dropped since the last call."""
+        with self._lock:
+            dropped, self._dropped = self._dropped, []
+            return dropped
 
     def take_unsent(self) -> list[tuple[int, int, int]]:
         """(id, nbytes, fd) of the buffers allocated since the last call. The caller owns

@@ -200,5 +200,8 @@ class StagingPool:
             if key not in keys:
                 del slot.buffers[key]
         kept = {b.data_ptr() for per_file in slot.buffers.values() for b in per_file}
+        if self.shared is not None:  # the saver process maps them too: it lets go as well
+            for ptr in slot.views.keys() - kept:
+                self.shared.drop(ptr)
         slot.views = {ptr: view for ptr, view in slot.views.items() if ptr in kept}
         slot.tensors.forget_unused()

@@ -158,3 +158,27 @@ def test_a_save_that_cannot_be_handed_over_fails_as_that_save(state, tmp_path):
     assert "could not hand the save to the saver process" in str(failed.value)
     ck.close()
     assert read_latest(tmp_path).name == "step-000001"
+
+
+def _staging_mappings(pid: int) -> int:
+    """The saver process's mappings of staging buffers (each buffer is a memfd of its own)."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return sum("memfd:baton-staging" in line for line in maps)
+
+
+def test_selective_saves_keep_their_staging_buffers_in_the_saver_process(state, tmp_path):
+    """Selective saves (ckpt.selective) write a layer's file only when it changed enough or
+    at a full save. The pool keeps the buffers of the layers a save leaves in an earlier
+    checkpoint, so the saver process maps the state's buffers once, not once more per
+    cycle of full saves for the whole run."""
+    ck = _checkpointer(state, tmp_path, selective_threshold=1e9, selective_full_every=2)
+    pid = ck.background.process.pid
+    mapped, written = [], []
+    for step in range(1, 9):  # nothing changes: layers are written at every other save only
+        ck.save(step, payload(step))
+        ck.drain()
+        mapped.append(_staging_mappings(pid))
+        written.append(len(ck.io.references))
+    ck.close()
+    assert 0 in written and max(written) > 0  # full saves and saves by reference, in turn
+    assert mapped[0] > 0 and mapped == [mapped[0]] * len(mapped)
