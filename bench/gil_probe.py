@@ -9,6 +9,11 @@ Python work in a separate process (its own GIL, the other core). Blocks without 
 work and with each kind are interleaved, `--rounds` times; each ratio is throughput with
 the work over throughput without, min and median.
 
+It also times the model's backward passes in the blocks without background work and in
+those with the Python thread (median milliseconds): autograd's engine runs without the
+GIL yet takes it back between nodes, so a backward is no window in which a thread's
+Python runs for free (docs/async_checkpoints.md, "Tried and not kept").
+
 Why it exists: the default model's step is bound by one core running Python, so the
 saver's Python competes with it for the GIL, not only for a core. The probe tells the two
 costs apart on the machine it runs on, and the process kind shows what moving the saver's
@@ -26,6 +31,7 @@ import statistics
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 PERIOD_S = 0.025
@@ -74,6 +80,40 @@ class Load:
             self.worker.join()
 
 
+class BackwardTimes:
+    """Seconds of each `engine.backward` call, by the kind of block it ran in (an instance
+    attribute over DeepSpeed's method, removed by `close`)."""
+
+    def __init__(self, engine):
+        self.engine, self.kind = engine, None
+        self.seconds: dict[str, list[float]] = {}
+        timed = engine.backward
+
+        def backward(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return timed(*args, **kwargs)
+            finally:
+                if self.kind is not None:
+                    self.seconds.setdefault(self.kind, []).append(time.perf_counter() - started)
+
+        engine.backward = backward
+
+    @contextmanager
+    def into(self, kind: str):
+        self.kind = kind
+        try:
+            yield
+        finally:
+            self.kind = None
+
+    def median_ms(self, kind: str) -> float:
+        return statistics.median(self.seconds[kind]) * 1e3
+
+    def close(self) -> None:
+        del self.engine.backward
+
+
 def measure(duty: float, rounds: int, steps: int, overrides: list[str]) -> dict:
     from bench.console import progress, stdout_to_stderr
     from bench.state import build_state
@@ -84,13 +124,15 @@ def measure(duty: float, rounds: int, steps: int, overrides: list[str]) -> dict:
         state = build_state("default model", overrides, workdir / "model", None)
     engine, stage = state.engine, state.cfg.stage
     batches = TokenBatches(stage, engine.module.config.vocab_size, seed=1)
+    backward = BackwardTimes(engine)
 
     def block(kind: str | None) -> float:
         started = time.perf_counter()
         if kind is None:
-            train_steps(engine, stage, steps, batches)
+            with backward.into("alone"):
+                train_steps(engine, stage, steps, batches)
         else:
-            with Load(kind, duty):
+            with Load(kind, duty), backward.into(kind):
                 train_steps(engine, stage, steps, batches)
         return time.perf_counter() - started
 
@@ -105,9 +147,12 @@ def measure(duty: float, rounds: int, steps: int, overrides: list[str]) -> dict:
             progress(f"gil probe round {index + 1}/{rounds}: step {alone / steps * 1e3:.1f} ms "
                      + ", ".join(f"{k} {v[-1]:.3f}×" for k, v in ratios.items()))
     finally:
+        backward.close()
         state.close()
         shutil.rmtree(workdir, ignore_errors=True)
     return {"duty": duty, "rounds": rounds, "steps_per_block": steps,
+            "backward_ms_median_alone": backward.median_ms("alone"),
+            "backward_ms_median_beside_python": backward.median_ms("python"),
             **{f"{kind}_throughput_ratio_{stat}": fn(values) for kind, values in ratios.items()
                for stat, fn in (("min", min), ("median", statistics.median))}}
 
@@ -130,6 +175,8 @@ def main(argv: list[str] | None = None) -> None:
           f"{result['gil_free_throughput_ratio_min']:.3f} / {result['gil_free_throughput_ratio_median']:.3f}; "
           f"Python in another process {result['process_throughput_ratio_min']:.3f} / "
           f"{result['process_throughput_ratio_median']:.3f}")
+    print(f"backward, median: {result['backward_ms_median_alone']:.1f} ms alone, "
+          f"{result['backward_ms_median_beside_python']:.1f} ms beside the Python thread")
 
 
 if __name__ == "__main__":

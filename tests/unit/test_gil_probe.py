@@ -11,7 +11,9 @@ import pytest
 from tests.conftest import REPO
 
 LINE = re.compile(r"Python \(holds the GIL\) ([0-9.]+) / ([0-9.]+); GIL-free ([0-9.]+) / ([0-9.]+); "
-                  r"Python in another process ([0-9.]+) / ([0-9.]+)$")
+                  r"Python in another process ([0-9.]+) / ([0-9.]+)$", re.MULTILINE)
+BACKWARD = re.compile(r"^backward, median: ([0-9.]+) ms alone, ([0-9.]+) ms beside the Python "
+                      r"thread$", re.MULTILINE)
 
 
 def probe(*args: str) -> subprocess.CompletedProcess:
@@ -28,6 +30,9 @@ def test_the_probe_reports_a_min_and_median_ratio_for_each_kind():
     values = list(map(float, found.groups()))
     for low, middle in zip(values[::2], values[1::2]):
         assert 0 < low <= middle
+    backward = BACKWARD.search(proc.stdout)
+    assert backward, proc.stdout
+    assert all(float(ms) > 0 for ms in backward.groups())  # timed backward passes of both kinds
     assert proc.stderr.count("gil probe round") == 3  # progress, one line a round
 
 
