@@ -255,7 +255,8 @@ class Checkpointer:
         if slot is not None:
             # A layer file a selective save left in an earlier checkpoint keeps its buffers:
             # the next save that writes it reuses them instead of allocating them again.
-            self.pool.forget_unused(slot, {f.rel for f in self.io.captured} | set(self.io.references))
+            kept = {f.rel for f in self.io.captured} | set(self.io.references)
+            self.pool.forget_unused(slot, kept)
         recipe = ManifestRecipe(
             tmp=tmp, stage=self.stage, step=step, parallel=self.parallel,
             zero_stage=self.layout.zero_stage, mid_accumulation=payload.grad_record is not None,

@@ -2,12 +2,13 @@
 starts it and says why it exists).
 
 It serves one worker over the socket FD: staging buffers arrive once each (a descriptor
-to map) and are forgotten when the worker's pool drops them, saves arrive as descriptions (ckpt.saver_wire), and each save runs through the
-same SaveRunner as on the saver thread: materialize, write, hash, fsync, agree, commit,
-retention. It reports back when the slot's buffers may be reused, when the save is
-committed, when its retention is done, or why it failed. After a failure, later saves
-are discarded (every rank learns of the failure from the same agreement, so every rank
-discards the same saves), as on the saver thread.
+to map) and are forgotten when the worker's pool drops them, saves arrive as descriptions
+(ckpt.saver_wire), and each save runs through the same SaveRunner as on the saver thread:
+materialize, write, hash, fsync, agree, commit, retention. It reports back when the
+slot's buffers may be reused, when the save is committed, when its retention is done,
+or why it failed. After a failure, later saves are discarded (every rank learns of the
+failure from the same agreement, so every rank discards the same saves), as on the
+saver thread.
 """
 from __future__ import annotations
 
