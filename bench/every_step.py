@@ -10,6 +10,13 @@ state's bytes are copied into one preallocated buffer and a background thread wr
 them to one file and fsyncs it, one save in flight. No checkpoint can save the same
 bytes durably every step for less; the gap between the two ratios is what baton's own
 work (structure, many files, the commit) costs on this machine.
+
+A fourth kind measures the I/O floor: the same write + fsync every step, of a buffer
+filled once, with no copy on the training thread. It is what making as many bytes
+durable every step costs the step on this machine by itself (the kernel's page-cache
+copy, writeback, and the second core they take), whatever the checkpoint does: where
+this ratio is below 0.97, no checkpoint that writes these bytes durably every step can
+cost 3% or less.
 """
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from bench.bootstrap import ratio_interval
 from bench.console import progress, stdout_to_stderr
 from bench.methods.bounds import write_and_fsync
 from bench.methods.baton_checkpointer import payload, save_options
@@ -66,23 +74,32 @@ class SavingTrainer:
 
 class RawWriteEveryStep:
     """The bound: copy the state's bytes into one reused buffer (the step waits for that),
-    then write them to one file and fsync it on a background thread, one in flight."""
+    then write them to one file and fsync it on a background thread, one in flight.
+    `copy=False`: the I/O floor, the buffer filled once and only written every step."""
 
-    def __init__(self, state, directory: Path):
+    def __init__(self, state, directory: Path, copy: bool = True):
         self.tensors = [t.detach() for t in state.tensors()]
         sizes = [t.numel() * t.element_size() for t in self.tensors]
         self.buffer = torch.empty(sum(sizes), dtype=torch.uint8)
         self.views = list(torch.split(self.buffer, sizes))
-        self.path = Path(directory) / "raw-every-step.bin"
+        self.copy = copy
+        if not copy:  # the same bytes as the bound writes, copied once
+            self._copy_state()
+        name = "raw-every-step.bin" if copy else "raw-every-step-no-copy.bin"
+        self.path = Path(directory) / name
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="bench-raw-write")
         self.pending = None
 
     def save(self) -> None:
         self.drain()  # one in flight, as baton's ckpt.max_in_flight=1
+        if self.copy:
+            self._copy_state()
+        self.pending = self.writer.submit(self._write)
+
+    def _copy_state(self) -> None:
         for view, tensor in zip(self.views, self.tensors):
             view.copy_(tensor.reshape(-1).view(torch.uint8))
-        self.pending = self.writer.submit(self._write)
 
     def _write(self) -> None:
         write_and_fsync(self.path, [memoryview(self.buffer.numpy())])
@@ -100,20 +117,23 @@ class RawWriteEveryStep:
 
 class Rounds:
     """The timed blocks of one every-step run, by kind: without saves, with saves (one
-    kind per saver), and with the bound's write; seconds, and the training thread's CPU."""
+    kind per saver), with the bound's copy and write, and with the I/O floor's write
+    alone; seconds, and the training thread's CPU."""
 
     def __init__(self, trainers: dict[str, SavingTrainer], bound: RawWriteEveryStep,
-                 steps_per_block: int):
-        self.trainers, self.bound, self.steps = trainers, bound, steps_per_block
+                 floor: RawWriteEveryStep, steps_per_block: int):
+        self.trainers, self.bound, self.floor = trainers, bound, floor
+        self.steps = steps_per_block
         self.first = next(iter(trainers.values()))
         self.without: list[float] = []
         self.with_bound: list[float] = []
+        self.with_floor: list[float] = []
         self.with_saves: dict[str, list[float]] = {saver: [] for saver in trainers}
         self.cpu = {"without": [], **{saver: [] for saver in trainers}}
 
     def kinds(self) -> list:
         return [self.block_without, *(partial(self.block_with, saver) for saver in self.trainers),
-                self.block_bound]
+                self.block_bound, self.block_floor]
 
     def block_without(self) -> None:
         self.without.append(_timed(self.first.train, self.steps, self.cpu["without"]))
@@ -125,32 +145,39 @@ class Rounds:
         trainer.checkpointer.drain()
 
     def block_bound(self) -> None:
-        self.with_bound.append(_timed(self._train_and_write, self.steps))
+        self.with_bound.append(_timed(partial(self._train_and_write, self.bound), self.steps))
         self.bound.drain()
 
-    def _train_and_write(self, steps: int) -> None:
+    def block_floor(self) -> None:
+        self.with_floor.append(_timed(partial(self._train_and_write, self.floor), self.steps))
+        self.floor.drain()
+
+    def _train_and_write(self, raw: RawWriteEveryStep, steps: int) -> None:
         for _ in range(steps):
             self.first.train(1)
-            self.bound.save()
+            raw.save()
 
     def last_rates(self) -> str:
         rates = ", ".join(f"{self.steps / self.with_saves[saver][-1]:.3g} with a save every "
                           f"step ({saver} saver)" for saver in self.trainers)
         return (f"{self.steps / self.without[-1]:.3g} steps/s without saves, {rates}, "
-                f"{self.steps / self.with_bound[-1]:.3g} with the bound's write")
+                f"{self.steps / self.with_bound[-1]:.3g} with the bound's write, "
+                f"{self.steps / self.with_floor[-1]:.3g} with the I/O floor's")
 
 
 def run_every_step(state, directory: Path, mode: str, steps_per_block: int, blocks: int,
                    label: str, savers: tuple[str, ...] = SAVERS) -> dict[str, dict]:
     """{saver: summary}: blocks without saves, then one block with saves per saver, then
-    the bound's block, in turn (every other round in reverse), `blocks` times (async: one
-    saver per ckpt.saver; sync has no saver, so one kind of block with saves)."""
+    the bound's block and the I/O floor's, in turn (every other round in reverse),
+    `blocks` times (async: one saver per ckpt.saver; sync has no saver, so one kind of
+    block with saves)."""
     if mode != "async":
         savers = savers[:1]
     with stdout_to_stderr():
         trainers = {saver: SavingTrainer(state, directory / saver, mode, saver) for saver in savers}
     bound = RawWriteEveryStep(state, directory)
-    rounds = Rounds(trainers, bound, steps_per_block)
+    floor = RawWriteEveryStep(state, directory, copy=False)
+    rounds = Rounds(trainers, bound, floor, steps_per_block)
     try:
         with stdout_to_stderr():
             for trainer in trainers.values():  # warm-up: the first save allocates the staging
@@ -170,15 +197,14 @@ def run_every_step(state, directory: Path, mode: str, steps_per_block: int, bloc
             for trainer in trainers.values():
                 trainer.checkpointer.close()
         bound.close()
-    return {saver: summary(trainer, state, steps_per_block, rounds.without,
-                           rounds.with_saves[saver], rounds.with_bound,
-                           {"without": rounds.cpu["without"], "with_saves": rounds.cpu[saver]})
-            for saver, trainer in trainers.items()}
+        floor.close()
+    return {saver: summary(trainer, state, rounds, saver) for saver, trainer in trainers.items()}
 
 
-def summary(trainer: SavingTrainer, state, steps_per_block: int, without: list[float],
-            with_saves: list[float], with_bound: list[float], cpu: dict) -> dict:
+def summary(trainer: SavingTrainer, state, rounds: Rounds, saver: str) -> dict:
     stats = trainer.checkpointer.stats[1:]  # the warm-up save is not one of the measured
+    steps_per_block, without = rounds.steps, rounds.without
+    with_saves, cpu = rounds.with_saves[saver], rounds.cpu
     steps = steps_per_block * len(without)
     return {
         "mode": trainer.options.mode, "saver": trainer.options.saver,
@@ -188,15 +214,16 @@ def summary(trainer: SavingTrainer, state, steps_per_block: int, without: list[f
         "steps_per_s_without_saves": steps / sum(without),
         "steps_per_s_with_saves": steps / sum(with_saves),
         "throughput_ratio": sum(without) / sum(with_saves),
+        # How far the ratio moves when the rounds are resampled (bench.bootstrap says why).
+        "throughput_ratio_ci95": ratio_interval(without, with_saves),
         "block_ratios": [w / s for w, s in zip(without, with_saves)],
         # The median round: what one round of blocks most often shows (the sums above weigh
         # a slow round more).
         "block_ratio_median": statistics.median(w / s for w, s in zip(without, with_saves)),
-        "steps_per_s_with_bound": steps / sum(with_bound),
         # The same with only a memcpy + one raw write + fsync of the state's bytes every step.
-        "bound_throughput_ratio": sum(without) / sum(with_bound),
-        "bound_block_ratios": [w / b for w, b in zip(without, with_bound)],
-        "bound_block_ratio_median": statistics.median(w / b for w, b in zip(without, with_bound)),
+        **_versus("bound", rounds.with_bound, without, steps),
+        # The same write + fsync of a buffer filled once, no copy: what the I/O alone costs.
+        **_versus("floor", rounds.with_floor, without, steps),
         "step_s_median": statistics.median(without) / steps_per_block,
         "save_stall_s_median": statistics.median(s["stall_s"] for s in stats),
         "save_slot_wait_s_median": statistics.median(s["slot_wait_s"] for s in stats),
@@ -208,8 +235,18 @@ def summary(trainer: SavingTrainer, state, steps_per_block: int, without: list[f
         # The training thread's own CPU per step, without and with saves: the difference
         # is the save call plus what sharing the GIL and the cores costs the step itself.
         "train_thread_cpu_s_per_step_without_saves": sum(cpu["without"]) / steps,
-        "train_thread_cpu_s_per_step_with_saves": sum(cpu["with_saves"]) / steps,
+        "train_thread_cpu_s_per_step_with_saves": sum(cpu[saver]) / steps,
     }
+
+
+def _versus(name: str, blocks: list[float], without: list[float], steps: int) -> dict:
+    """Throughput of one kind of block against the blocks without saves: the sum, each
+    round's ratio, and the median round's."""
+    ratios = [w / b for w, b in zip(without, blocks)]
+    return {f"steps_per_s_with_{name}": steps / sum(blocks),
+            f"{name}_throughput_ratio": sum(without) / sum(blocks),
+            f"{name}_throughput_ratio_ci95": ratio_interval(without, blocks),
+            f"{name}_block_ratios": ratios, f"{name}_block_ratio_median": statistics.median(ratios)}
 
 
 def _median_or_none(values) -> float | None:

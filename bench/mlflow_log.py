@@ -36,6 +36,9 @@ def metrics(result: dict) -> dict[str, float]:
         for key, value in run.items():
             if isinstance(value, (int, float)):
                 found[metric_name("every_step", model, key)] = float(value)
+            elif key.endswith("_ci95"):  # an interval: its two ends
+                found[metric_name("every_step", model, key + "_low")] = float(value[0])
+                found[metric_name("every_step", model, key + "_high")] = float(value[1])
     return found
 
 

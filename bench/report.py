@@ -91,13 +91,18 @@ def every_step_lines(every: dict) -> list[str]:
             f"checkpoint every step, {name} ({kind}, {run['writer']} writer, "
             f"{run['state_bytes'] / 1e9:.3g} GB): {run['throughput_ratio']:.3f}× the throughput "
             f"without saves ({run['steps_per_s_with_saves']:.3g} vs "
-            f"{run['steps_per_s_without_saves']:.3g} steps/s; "
+            f"{run['steps_per_s_without_saves']:.3g} steps/s; 95% interval over rounds "
+            f"{_interval(run['throughput_ratio_ci95'])}; "
             f"stall {run['save_stall_s_median']:.3g} s, {saver_cpu}"
             f"training thread CPU {run['train_thread_cpu_s_per_step_with_saves']:.3g} s per step "
             f"with saves vs {run['train_thread_cpu_s_per_step_without_saves']:.3g} without, "
             f"step {run['step_s_median']:.3g} s); the bound (memcpy + one raw write + fsync "
-            f"every step): {run['bound_throughput_ratio']:.3f}×; median of {run['blocks']} rounds "
-            f"{run['block_ratio_median']:.3f}× (bound {run['bound_block_ratio_median']:.3f}×)")
+            f"every step): {run['bound_throughput_ratio']:.3f}× "
+            f"({_interval(run['bound_throughput_ratio_ci95'])}); the I/O floor (the write + fsync "
+            f"alone, no copy): {run['floor_throughput_ratio']:.3f}× "
+            f"({_interval(run['floor_throughput_ratio_ci95'])}); median of {run['blocks']} "
+            f"rounds {run['block_ratio_median']:.3f}× (bound {run['bound_block_ratio_median']:.3f}×, "
+            f"floor {run['floor_block_ratio_median']:.3f}×)")
     return lines
 
 
@@ -134,3 +139,7 @@ def print_report(result: dict) -> None:
     sweep = sweep_table(result["sweep"])
     if sweep is not None:
         console.print(sweep)
+
+
+def _interval(bounds: list[float]) -> str:
+    return f"{bounds[0]:.3f}-{bounds[1]:.3f}×"

@@ -122,6 +122,8 @@ def test_loads_and_checkpoint_every_step_are_measured(bench):
     runs = [result["every_step"]["default_model"], result["every_step"]["default_model_saver_process"]]
     assert [run["saver"] for run in runs] == ["thread", "process"]
     assert runs[0]["steps_per_s_without_saves"] == runs[1]["steps_per_s_without_saves"]
+    for kind in ("bound", "floor"):  # the same blocks, measured once for both savers
+        assert runs[0][f"{kind}_block_ratios"] == runs[1][f"{kind}_block_ratios"]
     for run in runs:  # shared blocks without saves and with the bound; its own with saves
         _every_step_is_measured(run)
     assert result["every_step"]["large_model"] == {"skipped": "--quick"}
@@ -137,12 +139,18 @@ def _every_step_is_measured(run: dict) -> None:
     assert positive(run["save_background_cpu_s_median"])
     assert positive(run["train_thread_cpu_s_per_step_without_saves"])
     assert positive(run["train_thread_cpu_s_per_step_with_saves"])
-    assert positive(run["steps_per_s_with_bound"])
-    assert run["bound_throughput_ratio"] == pytest.approx(
-        run["steps_per_s_with_bound"] / run["steps_per_s_without_saves"], rel=1e-12)
-    assert len(run["bound_block_ratios"]) == len(run["block_ratios"]) == run["blocks"]
     assert run["block_ratio_median"] == statistics.median(run["block_ratios"])
-    assert run["bound_block_ratio_median"] == statistics.median(run["bound_block_ratios"])
+    assert len(run["block_ratios"]) == run["blocks"]
+    low, high = run["throughput_ratio_ci95"]  # resampled rounds: it holds the sums' ratio
+    assert low <= run["throughput_ratio"] <= high
+    for kind in ("bound", "floor"):  # memcpy + write + fsync; the write + fsync alone
+        assert positive(run[f"steps_per_s_with_{kind}"])
+        assert run[f"{kind}_throughput_ratio"] == pytest.approx(
+            run[f"steps_per_s_with_{kind}"] / run["steps_per_s_without_saves"], rel=1e-12)
+        assert len(run[f"{kind}_block_ratios"]) == run["blocks"]
+        assert run[f"{kind}_block_ratio_median"] == statistics.median(run[f"{kind}_block_ratios"])
+        low, high = run[f"{kind}_throughput_ratio_ci95"]
+        assert low <= run[f"{kind}_throughput_ratio"] <= high
 
 
 @pytest.mark.slow
@@ -162,6 +170,9 @@ def test_table_plot_and_mlflow_run_are_written_and_nothing_is_left(bench):
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp}/mlflow.db")
     [run] = client.search_runs([client.get_experiment_by_name("baton-bench").experiment_id])
     assert run.data.metrics["baton sync.stall_s_median"] == result["methods"][0]["stall_s_median"]
+    every_step = result["every_step"]["default_model"]
+    assert (run.data.metrics["every_step.default_model.floor_throughput_ratio_ci95_low"]
+            == every_step["floor_throughput_ratio_ci95"][0])
     assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"bench.json", "bench.png"}
 
 
