@@ -24,6 +24,7 @@ from ckpt.reader import CheckpointReader
 from ckpt.safe_load import allow_deepspeed_globals, load_verified_bytes
 from ckpt.save_job import CapturedFile, NotPlainJson, encode_json, json_copy
 from ckpt.snapshot import Unsupported, snapshot
+from ckpt.steady_memo import TensorMemo
 from ckpt.staging import Slot, StagingPool
 
 ENGINE_NAME = "BatonCheckpointEngine"
@@ -65,7 +66,10 @@ class BatonCheckpointEngine(CheckpointEngine):
             state_dict = self._save_layers(state_dict)
         if self.slot is not None:
             try:  # the cheap capture: containers rebuilt, storages copied, pickled later
-                state = snapshot(state_dict, self.pool.stager(self.slot, rel), self.slot.tensors)
+                memo = (self.slot.memos.setdefault(rel, TensorMemo()) if self.pool.lazy
+                        else None)  # the steady state: tensors staged as the last save did
+                state = snapshot(state_dict, self.pool.stager(self.slot, rel), self.slot.tensors,
+                                 memo)
                 self.captured.append(CapturedFile(rel, state=state, alignment=self.alignment))
                 return
             except Unsupported:

@@ -34,13 +34,17 @@ class Unsupported(TypeError):
 
 
 class Snapshot:
-    def __init__(self, stage_storage, views=None):
+    def __init__(self, stage_storage, views=None, memo=None):
         """`stage_storage(storage) -> staged storage`: called once per distinct storage,
         in the order the walk meets them. `views`: the staged tensors of the last save
         into the same staging buffers (ckpt.staging.KeptTensors), reused when one has the
-        same buffer, dtype, offset, shape, stride and kind."""
-        self._stage, self._staged = stage_storage, {}
-        self._views = views
+        same buffer, dtype, offset, shape, stride and kind. `memo`: this file's
+        ckpt.steady_memo.TensorMemo, with a ckpt.staging.FileStager as `stage_storage`:
+        a tensor staged by the last save as it is now is not looked at again."""
+        self.stage, self.staged = stage_storage, {}
+        self.views, self.memo = views, memo
+        self.records: dict[int, object] = {}
+        """Storage key -> how the stager staged it (a StageRecord; None: not lazily)."""
         self._copied: dict[int, tuple] = {}
 
     def copy(self, value):
@@ -75,19 +79,32 @@ class Snapshot:
             return copied[1]  # torch.save writes it once and refers back, as for the original)
         storage = tensor.untyped_storage()
         key = storage._cdata  # the storage itself, as torch.save tells storages apart
-        if key not in self._staged:
-            self._staged[key] = self._stage(storage)
-        target = self._staged[key]
+        remembered = None
+        if self.memo is not None and not tensor.__dict__:
+            remembered = (key, type(tensor), tensor.dtype, tensor.storage_offset(), tensor.shape,
+                          tensor.stride(), tensor.requires_grad)
+            staged = self.memo.again(remembered, storage, self)
+            if staged is not None:
+                self._copied[id(tensor)] = (tensor, staged)
+                return staged
+        if key not in self.staged:
+            self.staged[key] = self.stage(storage)
+            if self.memo is not None:
+                self.records[key] = self.stage.record
+        target = self.staged[key]
+        kept_key = None
         if tensor.__dict__:  # attributes torch.save keeps (ZeRO-3's flat groups carry `ds_id`)
             staged = self._view(tensor, target)
             staged.__dict__.update(self.copy(tensor.__dict__))
-        elif self._views is None:
+        elif self.views is None:
             staged = self._view(tensor, target)
         else:  # step after step the same tensors land in the same buffers: last save's
             # view is this one (three torch calls fewer per tensor on the training thread)
-            shape = (target.data_ptr(), target.nbytes(), tensor.dtype, tensor.storage_offset(),
-                     tensor.shape, tensor.stride(), type(tensor), tensor.requires_grad)
-            staged = self._views.get(shape, lambda: self._view(tensor, target))
+            kept_key = (target.data_ptr(), target.nbytes(), tensor.dtype, tensor.storage_offset(),
+                        tensor.shape, tensor.stride(), type(tensor), tensor.requires_grad)
+            staged = self.views.get(kept_key, lambda: self._view(tensor, target))
+        if remembered is not None and self.records.get(key) is not None:
+            self.memo.remember(remembered, storage.nbytes(), staged, self.records[key], kept_key)
         self._copied[id(tensor)] = (tensor, staged)  # the original held: its id stays its own
         return staged
 
@@ -121,6 +138,6 @@ class Snapshot:
         return copied
 
 
-def snapshot(obj, stage_storage, views=None):
-    """The structural copy of `obj` (raises Unsupported); `views`: see Snapshot."""
-    return Snapshot(stage_storage, views).copy(obj)
+def snapshot(obj, stage_storage, views=None, memo=None):
+    """The structural copy of `obj` (raises Unsupported); `views`, `memo`: see Snapshot."""
+    return Snapshot(stage_storage, views, memo).copy(obj)

@@ -52,6 +52,8 @@ class Slot:
     tensors: "KeptTensors" = field(default_factory=lambda: KeptTensors())
     """ckpt.snapshot's staged tensors over these buffers, reused by the next save that
     stages the same tensor here."""
+    memos: dict = field(default_factory=dict)
+    """File -> its ckpt.steady_memo.TensorMemo: how each tensor was staged (lazy saves)."""
 
     def byte_view(self, storage: torch.UntypedStorage) -> torch.Tensor:
         """The staged buffer behind `storage` as uint8 (any storage: a fresh view)."""
@@ -93,6 +95,14 @@ class KeptTensors:
             view = make()
         self._used[shape] = view
         return view
+
+    def free(self, shape: tuple) -> bool:
+        """No tensor of this save holds the view for `shape` yet."""
+        return shape not in self._used
+
+    def claim(self, shape: tuple, view: torch.Tensor) -> None:
+        """`view` is this save's for `shape` (ckpt.steady_memo reuses it without `get`)."""
+        self._used[shape] = view
 
     def forget_unused(self) -> None:
         self._kept, self._used = self._used, {}
@@ -140,44 +150,14 @@ class StagingPool:
         stager = self.stager(slot, key)
         return [slot.byte_view(stager(storage)) for storage in storages]
 
-    def stager(self, slot: Slot, key: str):
+    def stager(self, slot: Slot, key: str) -> "FileStager":
         """A function that copies one storage into the slot's next buffer for file `key`
         and returns the copy as a storage of exactly the same size (aligned)."""
-        kept = slot.buffers.get(key, [])
-        slot.buffers[key] = used = []
+        return FileStager(self, slot, key)
 
-        def stage_one(storage: torch.UntypedStorage) -> torch.UntypedStorage:
-            nbytes, index = storage.nbytes(), len(used)
-            if index < len(kept) and kept[index].nbytes() == nbytes:
-                staged = kept[index]
-            else:
-                cuda = self._gpu and storage.device.type == "cuda"
-                buffer = (self.shared.allocate(nbytes) if self.shared is not None and nbytes
-                          else _aligned_empty(nbytes, pinned=cuda))
-                # A storage of exactly these bytes (its own start, aligned), kept for reuse.
-                staged = buffer.untyped_storage()[buffer.storage_offset():buffer.storage_offset() + nbytes]
-                slot.views[staged.data_ptr()] = buffer
-            if storage.device.type == "cpu" and self.lazy:
-                # copied by ckpt.deferred_copy, from a kept view into the buffer's kept view
-                slot.deferred.append((slot.views[staged.data_ptr()], self._live_view(storage)))
-            elif storage.device.type == "cpu":
-                staged.copy_(storage)
-            else:
-                compute = torch.cuda.current_stream(storage.device)
-                with torch.cuda.stream(self._stream):  # overlaps with the next step's kernels
-                    self._stream.wait_stream(compute)  # the state as of the save call
-                    staged.copy_(storage, non_blocking=True)
-                # The next step's in-place updates wait for the copy (the host does not).
-                slot.event = torch.cuda.Event()
-                slot.event.record(self._stream)
-                compute.wait_event(slot.event)
-            used.append(staged)
-            return staged
-
-        return stage_one
-
-    def _live_view(self, storage: torch.UntypedStorage) -> torch.Tensor:
-        """A uint8 view of a live storage, made on its first save and reused by the next.
+    def _live_view(self, storage: torch.UntypedStorage) -> tuple[tuple[int, int], torch.Tensor]:
+        """A uint8 view of a live storage (and its key), made on its first save and reused
+        by the next.
 
         The copier would otherwise build one per storage and save: two torch calls each,
         and every torch call on a background thread hands the GIL back and forth with the
@@ -190,7 +170,7 @@ class StagingPool:
         if view is None:
             view = as_bytes(storage)
         self._live_used[key] = view
-        return view
+        return key, view
 
     def forget_unused(self, slot: Slot, keys: set[str]) -> None:
         """After a save's capture: drop buffers of files this save no longer has (a layout
@@ -205,3 +185,77 @@ class StagingPool:
                 self.shared.drop(ptr)
         slot.views = {ptr: view for ptr, view in slot.views.items() if ptr in kept}
         slot.tensors.forget_unused()
+        slot.memos = {key: memo for key, memo in slot.memos.items() if key in keys}
+        for memo in slot.memos.values():
+            memo.forget_unused()
+
+
+@dataclass
+class StageRecord:
+    """How one live storage was staged lazily, kept for the next save of the same file
+    (ckpt.snapshot's steady-state memo): its place in the file's buffers, the buffer,
+    and the two kept views the copier copies between."""
+
+    index: int
+    staged: torch.UntypedStorage
+    buffer_view: torch.Tensor
+    live_view: torch.Tensor
+    live_key: tuple[int, int]
+
+
+class FileStager:
+    """Stages the storages of one file into a slot, in the order the walk meets them:
+    the i-th storage reuses the i-th buffer of the last save of this file when the sizes
+    match (they do, step after step), else gets a new one."""
+
+    def __init__(self, pool: StagingPool, slot: Slot, key: str):
+        self.pool, self.slot = pool, slot
+        self.kept = slot.buffers.get(key, [])
+        slot.buffers[key] = self.used = []
+        self.record: StageRecord | None = None
+        """Of the last call, when it staged lazily (a CPU storage, `lazy`); else None."""
+
+    def __call__(self, storage: torch.UntypedStorage) -> torch.UntypedStorage:
+        pool, slot = self.pool, self.slot
+        nbytes, index, kept = storage.nbytes(), len(self.used), self.kept
+        if index < len(kept) and kept[index].nbytes() == nbytes:
+            staged = kept[index]
+        else:
+            cuda = pool._gpu and storage.device.type == "cuda"
+            buffer = (pool.shared.allocate(nbytes) if pool.shared is not None and nbytes
+                      else _aligned_empty(nbytes, pinned=cuda))
+            # A storage of exactly these bytes (its own start, aligned), kept for reuse.
+            staged = buffer.untyped_storage()[buffer.storage_offset():buffer.storage_offset() + nbytes]
+            slot.views[staged.data_ptr()] = buffer
+        self.record = None
+        if storage.device.type == "cpu" and pool.lazy:
+            # copied by ckpt.deferred_copy, from a kept view into the buffer's kept view
+            live_key, live_view = pool._live_view(storage)
+            self.record = StageRecord(index, staged, slot.views[staged.data_ptr()], live_view,
+                                      live_key)
+            slot.deferred.append((self.record.buffer_view, live_view))
+        elif storage.device.type == "cpu":
+            staged.copy_(storage)
+        else:
+            compute = torch.cuda.current_stream(storage.device)
+            with torch.cuda.stream(pool._stream):  # overlaps with the next step's kernels
+                pool._stream.wait_stream(compute)  # the state as of the save call
+                staged.copy_(storage, non_blocking=True)
+            # The next step's in-place updates wait for the copy (the host does not).
+            slot.event = torch.cuda.Event()
+            slot.event.record(pool._stream)
+            compute.wait_event(slot.event)
+        self.used.append(staged)
+        return staged
+
+    def again(self, record: StageRecord) -> bool:
+        """Stage a storage as the last save of this file did (`record`), without looking at
+        it: allowed only at the same place in the file, into the same buffer. False: the
+        file changed before this storage, and the caller stages it the full way."""
+        index = len(self.used)
+        if index != record.index or index >= len(self.kept) or self.kept[index] is not record.staged:
+            return False
+        self.pool._live_used[record.live_key] = record.live_view
+        self.slot.deferred.append((record.buffer_view, record.live_view))
+        self.used.append(record.staged)
+        return True
