@@ -216,6 +216,10 @@ def summary(trainer: SavingTrainer, state, rounds: Rounds, saver: str) -> dict:
         "throughput_ratio": sum(without) / sum(with_saves),
         # How far the ratio moves when the rounds are resampled (bench.bootstrap says why).
         "throughput_ratio_ci95": ratio_interval(without, with_saves),
+        # Against the bound's blocks instead: what baton costs beyond copying the bytes and
+        # writing them durably, whatever running I/O beside training does to the step here.
+        "throughput_ratio_vs_bound": sum(rounds.with_bound) / sum(with_saves),
+        "throughput_ratio_vs_bound_ci95": ratio_interval(rounds.with_bound, with_saves),
         "block_ratios": [w / s for w, s in zip(without, with_saves)],
         # The median round: what one round of blocks most often shows (the sums above weigh
         # a slow round more).

@@ -143,6 +143,10 @@ def _every_step_is_measured(run: dict) -> None:
     assert len(run["block_ratios"]) == run["blocks"]
     low, high = run["throughput_ratio_ci95"]  # resampled rounds: it holds the sums' ratio
     assert low <= run["throughput_ratio"] <= high
+    assert run["throughput_ratio_vs_bound"] == pytest.approx(
+        run["steps_per_s_with_saves"] / run["steps_per_s_with_bound"], rel=1e-12)
+    low, high = run["throughput_ratio_vs_bound_ci95"]
+    assert low <= run["throughput_ratio_vs_bound"] <= high
     for kind in ("bound", "floor"):  # memcpy + write + fsync; the write + fsync alone
         assert positive(run[f"steps_per_s_with_{kind}"])
         assert run[f"{kind}_throughput_ratio"] == pytest.approx(
