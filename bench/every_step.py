@@ -23,6 +23,7 @@ from __future__ import annotations
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 
@@ -133,7 +134,8 @@ class Rounds:
 
     def kinds(self) -> list:
         return [self.block_without, *(partial(self.block_with, saver) for saver in self.trainers),
-                self.block_bound, self.block_floor]
+                partial(self.block_raw, self.bound, self.with_bound),
+                partial(self.block_raw, self.floor, self.with_floor)]
 
     def block_without(self) -> None:
         self.without.append(_timed(self.first.train, self.steps, self.cpu["without"]))
@@ -144,13 +146,10 @@ class Rounds:
         self.with_saves[saver].append(_timed(trainer.train_and_save, self.steps, self.cpu[saver]))
         trainer.checkpointer.drain()
 
-    def block_bound(self) -> None:
-        self.with_bound.append(_timed(partial(self._train_and_write, self.bound), self.steps))
-        self.bound.drain()
-
-    def block_floor(self) -> None:
-        self.with_floor.append(_timed(partial(self._train_and_write, self.floor), self.steps))
-        self.floor.drain()
+    def block_raw(self, raw: RawWriteEveryStep, seconds: list[float]) -> None:
+        """A block of the bound's kind or the floor's: `raw` written after every step."""
+        seconds.append(_timed(partial(self._train_and_write, raw), self.steps))
+        raw.drain()
 
     def _train_and_write(self, raw: RawWriteEveryStep, steps: int) -> None:
         for _ in range(steps):
@@ -193,11 +192,12 @@ def run_every_step(state, directory: Path, mode: str, steps_per_block: int, bloc
                     block()
             progress(f"{label} every-step block {index + 1}/{blocks} ({mode}): {rounds.last_rates()}")
     finally:
-        with stdout_to_stderr():
-            for trainer in trainers.values():
-                trainer.checkpointer.close()
-        bound.close()
-        floor.close()
+        # Each closed even when one before it raised: no saver process, write thread or
+        # file is left behind by a failed run.
+        with ExitStack() as closing:
+            closing.enter_context(stdout_to_stderr())
+            for closeable in (bound, floor, *(t.checkpointer for t in trainers.values())):
+                closing.callback(closeable.close)
     return {saver: summary(trainer, state, rounds, saver) for saver, trainer in trainers.items()}
 
 

@@ -26,6 +26,9 @@ class BenchOptions:
     plot_path: Path | None = None
     quick: bool = False
     """Skip the checkpoint-every-step run on the large model (the tiny model still runs)."""
+    every_step_blocks: int | None = None
+    """Rounds of the default model's every-step blocks (None: bench.run.TINY_BLOCKS). Each
+    round is one block of every kind; more rounds narrow the ratios' 95% intervals."""
     workdir: Path | None = None
     """Where checkpoints are written (default: a fresh directory under the system temp dir)."""
     overrides: list[str] = field(default_factory=list)
@@ -46,6 +49,10 @@ class BenchOptions:
         if self.rounds < MIN_ROUNDS:
             raise UsageError("--rounds", self.rounds, f"at least {MIN_ROUNDS}: a min and a "
                              "median of fewer saves say nothing about noise")
+        if self.every_step_blocks is not None and self.every_step_blocks < MIN_ROUNDS:
+            raise UsageError("--every-step-blocks", self.every_step_blocks,
+                             f"at least {MIN_ROUNDS} rounds of blocks: the ratios' intervals "
+                             "resample whole rounds, and fewer say nothing about noise")
         for flag, path in (("--json", self.json_path), ("--plot", self.plot_path)):
             if path is not None and not path.parent.is_dir():
                 raise UsageError(flag, str(path), f"a file in an existing directory; "

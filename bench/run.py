@@ -45,6 +45,7 @@ def run_bench(options: BenchOptions) -> dict:
             "machine": machine_info(workdir),
             "settings": {"sizes_gb": sorted(options.sizes_gb), "main_size_gb": options.main_size_gb,
                          "rounds": options.rounds, "quick": options.quick,
+                         "every_step_blocks": options.every_step_blocks,
                          "overrides": list(options.overrides)},
         }
     finally:
@@ -126,6 +127,7 @@ def every_step_default_model(options: BenchOptions, workdir: Path) -> dict:
     state = build_state("default model", options.overrides, workdir / "model-default", None)
     try:
         steps, blocks = TINY_BLOCKS[options.quick]
+        blocks = options.every_step_blocks or blocks
         return run_every_step(state, workdir / "every-step-default", state.cfg.ckpt.mode, steps,
                               blocks, "default model")
     finally:

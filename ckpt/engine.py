@@ -17,15 +17,15 @@ from deepspeed.runtime.checkpoint_engine.checkpoint_engine import CheckpointComm
 
 from ckpt import selective
 from ckpt.errors import CorruptCheckpoint, NotACheckpoint
-from ckpt.layout import TMP_SUFFIX
 from ckpt.file_image import ALIGNMENT, FileImage, as_bytes, crc32_off, image_of
+from ckpt.layout import TMP_SUFFIX
 from ckpt.manifest import Manifest
 from ckpt.reader import CheckpointReader
 from ckpt.safe_load import allow_deepspeed_globals, load_verified_bytes
 from ckpt.save_job import CapturedFile, NotPlainJson, encode_json, json_copy
 from ckpt.snapshot import Unsupported, snapshot
-from ckpt.steady_memo import TensorMemo
 from ckpt.staging import Slot, StagingPool
+from ckpt.steady_memo import TensorMemo
 
 ENGINE_NAME = "BatonCheckpointEngine"
 

@@ -34,6 +34,7 @@ def bench(tmp_path_factory):
     work = tmp / "work"
     work.mkdir()
     proc = run_baton("bench", "ckpt", "--size-gb", "0.004", "--rounds", "3", "--quick",
+                     "--every-step-blocks", "4",  # one more than --quick's, to see it taken
                      "--json", str(tmp / "bench.json"), "--plot", str(tmp / "bench.png"),
                      "--dir", str(work), env={"MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlflow.db"},
                      check=True, timeout=300)
@@ -126,6 +127,7 @@ def test_loads_and_checkpoint_every_step_are_measured(bench):
         assert runs[0][f"{kind}_block_ratios"] == runs[1][f"{kind}_block_ratios"]
     for run in runs:  # shared blocks without saves and with the bound; its own with saves
         _every_step_is_measured(run)
+        assert run["blocks"] == 4 == result["settings"]["every_step_blocks"]
     assert result["every_step"]["large_model"] == {"skipped": "--quick"}
     [point] = result["sweep"]["points"]
     assert point["methods"] == result["methods"] and point["bounds"] == result["bounds"]
@@ -185,4 +187,17 @@ def test_bad_size_is_one_paragraph_and_exit_2(baton):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("baton bench: error: --size-gb=-1.0: a state size in GB")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--every-step-blocks", "2"], "--every-step-blocks=2: at least 3 rounds of blocks"),
+    (["--tiers", "--every-step-blocks", "5"], "--every-step-blocks=5: not with --tiers"),
+    (["--selective", "--every-step-blocks", "5"], "--every-step-blocks=5: not with --selective"),
+])
+def test_bad_every_step_blocks_is_one_paragraph_and_exit_2(baton, args, message):
+    proc = baton("bench", "ckpt", *args)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"baton bench: error: {message}")
     assert len(proc.stderr.strip().splitlines()) == 1
