@@ -1,7 +1,8 @@
 """Where an every-step save's time goes on the training thread, and what the saves in
 flight do to the step around them.
 
-    python -m bench.save_profile [--steps 40] [--mode async|sync] [overrides]
+    python -m bench.save_profile [--steps 40] [--mode async|sync] [--saver thread|process]
+                                 [overrides]
 
 The default model trains `--steps` optimizer steps without saves, then `--steps` with a
 baton save (`ckpt.mode`) after each, both under cProfile on the training thread (the
@@ -12,7 +13,11 @@ saver's own threads are not profiled). It prints:
 - per save, the training thread's milliseconds in each part of a save: the whole call,
   baton's capture, DeepSpeed's `save_checkpoint` and, inside it, baton's snapshot;
 - the saver's CPU per save (Checkpointer.stats, async only): the saver thread's, or the
-  saver process's main thread's with `ckpt.saver=process`.
+  saver process's main thread's with `ckpt.saver=process`;
+- then, in two more blocks without the profiler, the CPU per step of every thread of the
+  training process (the training thread, the lazy copier, the saver thread or the saver
+  process's sender and listener, gloo's) and of the saver process (bench.thread_cpu):
+  everything a save costs besides the I/O.
 
 cProfile slows Python-heavy code, so read the parts as shares of a save, not as costs to
 quote; `baton bench ckpt`'s every-step line is the throughput measurement. Why it exists:
@@ -57,7 +62,23 @@ def profiled(work) -> pstats.Stats:
     return pstats.Stats(profile)
 
 
-def measure(steps: int, mode: str, overrides: list[str]) -> dict:
+def cpu_by_thread(trainer, steps: int) -> dict:
+    """Unprofiled: CPU per step of each thread of this process and of the saver process,
+    over a block without saves and one with a save after each (bench.thread_cpu)."""
+    from bench.console import stdout_to_stderr
+    from bench.thread_cpu import CpuReading
+
+    before = CpuReading.now()
+    trainer.train(steps)
+    without = CpuReading.now().since(before, steps)
+    before = CpuReading.now()
+    with stdout_to_stderr():
+        trainer.train_and_save(steps)
+        trainer.checkpointer.drain()
+    return {"without_saves": without, "with_saves": CpuReading.now().since(before, steps)}
+
+
+def measure(steps: int, mode: str, overrides: list[str], saver: str = "thread") -> dict:
     from bench.console import progress, stdout_to_stderr
     from bench.every_step import SavingTrainer
     from bench.state import build_state
@@ -66,7 +87,7 @@ def measure(steps: int, mode: str, overrides: list[str]) -> dict:
     try:
         with stdout_to_stderr():
             state = build_state("default model", overrides, workdir / "model", None)
-            trainer = SavingTrainer(state, workdir / "checkpoints", mode)
+            trainer = SavingTrainer(state, workdir / "checkpoints", mode, saver)
             trainer.train_and_save(2)  # the first saves allocate the staging buffers
             trainer.checkpointer.drain()
         try:
@@ -85,6 +106,7 @@ def measure(steps: int, mode: str, overrides: list[str]) -> dict:
             with_saves_s = time.perf_counter() - started
             background = [s["background_cpu_s"] for s in trainer.checkpointer.stats[2:]
                           if s["background_cpu_s"] is not None]
+            cpu = cpu_by_thread(trainer, steps)
         finally:
             with stdout_to_stderr():
                 trainer.checkpointer.close()
@@ -97,7 +119,8 @@ def measure(steps: int, mode: str, overrides: list[str]) -> dict:
             "step_work_s_without_saves": cumulative_s(without, *STEP_WORK) / steps,
             "step_work_s_with_saves": cumulative_s(with_saves, *STEP_WORK) / steps,
             "per_save_s": parts,
-            "saver_cpu_s_per_save_median": statistics.median(background) if background else None}
+            "saver_cpu_s_per_save_median": statistics.median(background) if background else None,
+            "cpu_s_per_step": cpu}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -105,11 +128,13 @@ def main(argv: list[str] | None = None) -> None:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=40, help="optimizer steps per block")
     parser.add_argument("--mode", choices=("async", "sync"), default="async")
+    parser.add_argument("--saver", choices=("thread", "process"), default="thread",
+                        help="ckpt.saver of the saves (async only)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error(f"--steps must be at least 1 (got {args.steps})")
-    result = measure(args.steps, args.mode, args.overrides)
+    result = measure(args.steps, args.mode, args.overrides, args.saver)
     ms = lambda seconds: f"{seconds * 1e3:.2f} ms"  # noqa: E731
     print(f"default model, {result['steps']} steps per block, ckpt.mode={result['mode']}, "
           f"ckpt.saver={result['saver']}, under cProfile")
@@ -123,6 +148,11 @@ def main(argv: list[str] | None = None) -> None:
     saver = result["saver_cpu_s_per_save_median"]
     print(f"saver {result['saver']} CPU per save (median, its main thread): "
           + (ms(saver) if saver is not None else "none (sync)"))
+    for block, label in (("without_saves", "without saves"), ("with_saves", "with a save after each")):
+        cpu = result["cpu_s_per_step"][block]
+        threads = ", ".join(f"{name} {ms(seconds)}" for name, seconds in cpu["threads"].items())
+        print(f"CPU per step {label}, no profiler: {threads}; child processes (the saver "
+              f"process) {ms(cpu['children'])}")
 
 
 if __name__ == "__main__":
