@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> None:
         cpu = result["cpu_s_per_step"][block]
         threads = ", ".join(f"{name} {ms(seconds)}" for name, seconds in cpu["threads"].items())
         print(f"CPU per step {label}, no profiler: {threads}; child processes (the saver "
-              f"process) {ms(cpu['children'])}")
+              f"process) {ms(cpu['children'])}, of which in the kernel "
+              f"{ms(cpu['children_system'])}")
 
 
 if __name__ == "__main__":

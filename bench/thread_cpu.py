@@ -5,6 +5,9 @@ copier, the saver process's sender and listener (or the saver thread) run Python
 training process beside the step, and the saver process takes CPU on the other core.
 `python -m bench.save_profile` reports each per save from two readings of this module's
 `CpuReading`, taken around a block of steps without a profiler.
+
+/proc counts CPU in clock ticks (1/SC_CLK_TCK s, 10 ms on Linux here), so a reading is
+worth quoting only over blocks long enough for every thread of interest to use many.
 """
 from __future__ import annotations
 
@@ -16,14 +19,19 @@ from dataclasses import dataclass, field
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_s(stat_path: str) -> float | None:
-    """utime + stime of one /proc stat file; None when the thread or process is gone."""
+def _user_system_s(stat_path: str) -> tuple[float, float] | None:
+    """utime and stime of one /proc stat file; None when the thread or process is gone."""
     try:
         with open(stat_path) as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    return (int(fields[11]) + int(fields[12])) / _TICKS  # fields 14 and 15 of proc(5)
+    return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS  # fields 14 and 15 of proc(5)
+
+
+def _cpu_s(stat_path: str) -> float | None:
+    times = _user_system_s(stat_path)
+    return None if times is None else sum(times)
 
 
 def _children(parent: int) -> list[int]:
@@ -47,6 +55,8 @@ class CpuReading:
     """Thread name (Python's, else the kernel's) -> CPU seconds; threads of one name add up."""
     children: float = 0.0
     """CPU seconds of this process's live child processes (the saver process)."""
+    children_system: float = 0.0
+    """Of which in the kernel (writes into the page cache, fsync, renames, deletions)."""
 
     @classmethod
     def now(cls) -> "CpuReading":
@@ -64,8 +74,11 @@ class CpuReading:
                 except FileNotFoundError:
                     continue
             reading.threads[name] += seconds
-        reading.children = sum(filter(None, (_cpu_s(f"/proc/{pid}/stat")
-                                             for pid in _children(os.getpid()))))
+        for pid in _children(os.getpid()):
+            times = _user_system_s(f"/proc/{pid}/stat")
+            if times is not None:
+                reading.children += sum(times)
+                reading.children_system += times[1]
         return reading
 
     def since(self, before: "CpuReading", per: int) -> dict:
@@ -75,4 +88,5 @@ class CpuReading:
                 for name, seconds in self.threads.items()}
         return {"threads": dict(sorted(((n, s) for n, s in used.items() if s > 0),
                                        key=lambda item: -item[1])),
-                "children": max(self.children - before.children, 0.0) / per}
+                "children": max(self.children - before.children, 0.0) / per,
+                "children_system": max(self.children_system - before.children_system, 0.0) / per}

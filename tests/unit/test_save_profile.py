@@ -36,6 +36,29 @@ def test_the_parts_of_a_save_nest_as_the_calls_do():
     assert steps and all(float(v) > 0 for v in steps.groups()), proc.stdout
 
 
+@pytest.mark.slow
+def test_the_cpu_of_every_thread_and_of_the_saver_process_is_read():
+    proc = profile("--steps", "8", "--saver", "process")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = dict(re.findall(r"^CPU per step (without saves|with a save after each), no "
+                            r"profiler: (.+)$", proc.stdout, re.M))
+    assert set(lines) == {"without saves", "with a save after each"}, proc.stdout
+    without, with_saves = (_cpu_line(lines[k]) for k in ("without saves", "with a save after each"))
+    # The training thread works in both blocks, the saver process only in the one with
+    # saves (it idles, started, through the block without). /proc counts in ticks of
+    # 10 ms, so threads that used less in a block may be missing from its line.
+    assert without["MainThread"] > 0 and with_saves["MainThread"] > 0
+    assert without["saver"] == 0 < with_saves["saver"]
+    assert 0 <= with_saves["kernel"] <= with_saves["saver"]
+
+
+def _cpu_line(line: str) -> dict:
+    threads, saver = line.split("; child processes (the saver process) ")
+    found = {name: float(ms) for name, ms in re.findall(r"([\w-]+) ([0-9.]+) ms", threads)}
+    total, kernel = re.match(r"([0-9.]+) ms, of which in the kernel ([0-9.]+) ms", saver).groups()
+    return {**found, "saver": float(total), "kernel": float(kernel)}
+
+
 def test_a_bad_flag_is_refused_without_a_traceback():
     proc = profile("--steps", "0")
     assert proc.returncode == 2
