@@ -2,9 +2,10 @@
 rendezvous on 127.0.0.1 (world size 2, one rank per node), as on a real cluster.
 
 With the peer tier on, one node's processes are killed mid-run; both launchers then
-restart with `resume=latest`, restore the newest copy from the peer keeper (the fastest
-tier that holds it), and end bit for bit where one launcher with two ranks, never
-interrupted, ends: so two launchers also train exactly what one does.
+restart with `resume=latest`, restore the newest checkpoint from the fastest tier that
+holds it (the peer keeper, unless the kill beat the newest save's peer copy), and end
+bit for bit where one launcher with two ranks, never interrupted, ends: so two
+launchers also train exactly what one does.
 
 With the memory tier on, each node keeps its own copy (its ranks' files and the shared
 ones) and sends it to the keeper under its own name; after a crash and one node's memory
@@ -94,6 +95,15 @@ def test_a_node_killed_mid_run_resumes_from_the_peer_tier(straight, tmp_path):
                                     *tiers, "--json", check=True).stdout)["copies"]
         newest_peer = max(c["name"] for c in held if c["tier"] == "peer")
         assert newest_peer >= "step-000003"
+        # Restore takes the newest checkpoint any tier holds, from the fastest tier that
+        # holds it (ckpt.tiers.restore; peer over persistent for one checkpoint is
+        # tests/unit/ckpt/test_tiers.py's). Mostly that is the peer's newest. But tiers copy
+        # after the commit, so a kill landing between a save's commit and node 1's peer
+        # copy of it leaves that newest checkpoint in the run directory alone (seen once
+        # in CI: persistent step 4, peer step 3): then it is restored from there.
+        newest = max(c["name"] for c in held)
+        holding = {c["tier"] for c in held if c["name"] == newest}
+        expected = ("peer" if "peer" in holding else "persistent", newest)
 
         assert _finish(_start_nodes(tmp_path, run_dir, "again", *tiers, "resume=latest")) == [0, 0]
         # Each node's launcher kept its own files in the shared stage directory.
@@ -101,11 +111,11 @@ def test_a_node_killed_mid_run_resumes_from_the_peer_tier(straight, tmp_path):
             "launch.json", "launch-node-1.json", "stage.lock", "stage-node-1.lock"}
         for k, record in enumerate(["restore.json", "restore-node-1.json"]):
             restored = json.loads((run_dir / "cpt" / record).read_text())
-            assert (restored["tier"], restored["name"]) == ("peer", newest_peer), f"node {k}"
+            assert (restored["tier"], restored["name"]) == expected, f"node {k}"
         diff = run_baton("ckpt", "diff", str(straight / FINAL), str(run_dir / FINAL))
         assert diff.returncode == 0 and "IDENTICAL" in diff.stdout, diff.stdout + diff.stderr
         a, b = metrics(straight, "cpt"), metrics(run_dir, "cpt")
-        assert all(a[s]["loss"] == b[s]["loss"] for s in range(int(newest_peer[5:]) + 1, STEPS + 1))
+        assert all(a[s]["loss"] == b[s]["loss"] for s in range(int(newest[5:]) + 1, STEPS + 1))
     finally:
         keeper.stop()
 
