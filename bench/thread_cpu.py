@@ -16,6 +16,8 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
+from core.processes import parent_of
+
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -29,24 +31,9 @@ def _user_system_s(stat_path: str) -> tuple[float, float] | None:
     return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS  # fields 14 and 15 of proc(5)
 
 
-def _cpu_s(stat_path: str) -> float | None:
-    times = _user_system_s(stat_path)
-    return None if times is None else sum(times)
-
-
 def _children(parent: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
-            continue
-        if ppid == parent:
-            found.append(int(entry))
-    return found
+    return [int(entry) for entry in os.listdir("/proc")
+            if entry.isdigit() and parent_of(int(entry)) == parent]
 
 
 @dataclass
@@ -63,8 +50,8 @@ class CpuReading:
         names = {thread.native_id: thread.name for thread in threading.enumerate()}
         reading = cls()
         for tid in os.listdir("/proc/self/task"):
-            seconds = _cpu_s(f"/proc/self/task/{tid}/stat")
-            if seconds is None:
+            times = _user_system_s(f"/proc/self/task/{tid}/stat")
+            if times is None:
                 continue
             name = names.get(int(tid))
             if name is None:
@@ -73,7 +60,7 @@ class CpuReading:
                         name = comm.read().strip()
                 except FileNotFoundError:
                     continue
-            reading.threads[name] += seconds
+            reading.threads[name] += sum(times)
         for pid in _children(os.getpid()):
             times = _user_system_s(f"/proc/{pid}/stat")
             if times is not None:

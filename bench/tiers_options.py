@@ -24,6 +24,8 @@ class TierBenchOptions:
     overrides: list[str] = field(default_factory=list)
     quick: bool = False
     """Only meaningful to the save-method bench; refused here."""
+    every_step_blocks: int | None = None
+    """Likewise."""
 
     def as_bench_options(self) -> BenchOptions:
         """The same checks and state sizing as the save-method bench."""
@@ -36,6 +38,10 @@ class TierBenchOptions:
             raise UsageError("--quick", True, "not with --tiers: it skips the save bench's "
                              "checkpoint-every-step run, which the tier bench does not have; "
                              "drop one of the two flags")
+        if self.every_step_blocks is not None:
+            raise UsageError("--every-step-blocks", self.every_step_blocks, "not with --tiers: "
+                             "the tier bench has no checkpoint-every-step run; drop one of the "
+                             "two flags")
         if self.rounds < MIN_ROUNDS:
             raise UsageError("--rounds", self.rounds, f"at least {MIN_ROUNDS} with --tiers: a "
                              "min and a median of fewer restores per tier say nothing about "

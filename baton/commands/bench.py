@@ -88,10 +88,6 @@ def main(args) -> int:
         if getattr(args, name) is not None:
             raise UsageError(flag, getattr(args, name), "only with --selective")
     if args.tiers:
-        if args.every_step_blocks is not None:
-            raise UsageError("--every-step-blocks", args.every_step_blocks, "not with --tiers: "
-                             "the tier bench has no checkpoint-every-step run; drop one of the "
-                             "two flags")
         return tiers_main(args)
     from bench.options import DEFAULT_SIZES_GB, BenchOptions
 
@@ -136,7 +132,8 @@ def tiers_main(args) -> int:
 
     options = TierBenchOptions(
         size_gb=max(args.size_gb or [DEFAULT_SIZE_GB]), rounds=args.rounds, json_path=args.json,
-        plot_path=args.plot, workdir=args.dir, overrides=list(args.overrides), quick=args.quick)
+        plot_path=args.plot, workdir=args.dir, overrides=list(args.overrides), quick=args.quick,
+        every_step_blocks=args.every_step_blocks)
     options.check()  # bad input fails before the config, the model or DeepSpeed load
     from core.config import compose
     from bench.console import stdout_to_stderr
