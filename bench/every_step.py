@@ -22,18 +22,17 @@ from __future__ import annotations
 
 import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 
-import torch
-
 from bench.bootstrap import ratio_interval
+from bench.commit_floor import CommitFloorEveryStep
 from bench.console import progress, stdout_to_stderr
-from bench.methods.bounds import write_and_fsync
 from bench.methods.baton_checkpointer import payload, save_options
+from bench.raw_every_step import RawWriteEveryStep
 from bench.training import TokenBatches, accumulation, train_steps
+from ckpt.layout import read_latest
 
 
 SAVERS = ("thread", "process")
@@ -73,69 +72,30 @@ class SavingTrainer:
             self.checkpointer.save(self.step, payload(self.step, self.tokens_per_step))
 
 
-class RawWriteEveryStep:
-    """The bound: copy the state's bytes into one reused buffer (the step waits for that),
-    then write them to one file and fsync it on a background thread, one in flight.
-    `copy=False`: the I/O floor, the buffer filled once and only written every step."""
-
-    def __init__(self, state, directory: Path, copy: bool = True):
-        self.tensors = [t.detach() for t in state.tensors()]
-        sizes = [t.numel() * t.element_size() for t in self.tensors]
-        self.buffer = torch.empty(sum(sizes), dtype=torch.uint8)
-        self.views = list(torch.split(self.buffer, sizes))
-        self.copy = copy
-        if not copy:  # the same bytes as the bound writes, copied once
-            self._copy_state()
-        name = "raw-every-step.bin" if copy else "raw-every-step-no-copy.bin"
-        self.path = Path(directory) / name
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.writer = ThreadPoolExecutor(1, thread_name_prefix="bench-raw-write")
-        self.pending = None
-
-    def save(self) -> None:
-        self.drain()  # one in flight, as baton's ckpt.max_in_flight=1
-        if self.copy:
-            self._copy_state()
-        self.pending = self.writer.submit(self._write)
-
-    def _copy_state(self) -> None:
-        for view, tensor in zip(self.views, self.tensors):
-            view.copy_(tensor.reshape(-1).view(torch.uint8))
-
-    def _write(self) -> None:
-        write_and_fsync(self.path, [memoryview(self.buffer.numpy())])
-
-    def drain(self) -> None:
-        if self.pending is not None:
-            self.pending, pending = None, self.pending
-            pending.result()
-
-    def close(self) -> None:
-        self.drain()
-        self.writer.shutdown()
-        self.path.unlink(missing_ok=True)
-
-
 class Rounds:
     """The timed blocks of one every-step run, by kind: without saves, with saves (one
-    kind per saver), with the bound's copy and write, and with the I/O floor's write
-    alone; seconds, and the training thread's CPU."""
+    kind per saver), with the bound's copy and write, with the I/O floor's write alone,
+    and with the commit floor's (bench.commit_floor); seconds, and the training thread's
+    CPU."""
 
     def __init__(self, trainers: dict[str, SavingTrainer], bound: RawWriteEveryStep,
-                 floor: RawWriteEveryStep, steps_per_block: int):
+                 floor: RawWriteEveryStep, commit_floor: RawWriteEveryStep, steps_per_block: int):
         self.trainers, self.bound, self.floor = trainers, bound, floor
+        self.commit_floor = commit_floor
         self.steps = steps_per_block
         self.first = next(iter(trainers.values()))
         self.without: list[float] = []
         self.with_bound: list[float] = []
         self.with_floor: list[float] = []
+        self.with_commit_floor: list[float] = []
         self.with_saves: dict[str, list[float]] = {saver: [] for saver in trainers}
         self.cpu = {"without": [], **{saver: [] for saver in trainers}}
 
     def kinds(self) -> list:
         return [self.block_without, *(partial(self.block_with, saver) for saver in self.trainers),
                 partial(self.block_raw, self.bound, self.with_bound),
-                partial(self.block_raw, self.floor, self.with_floor)]
+                partial(self.block_raw, self.floor, self.with_floor),
+                partial(self.block_raw, self.commit_floor, self.with_commit_floor)]
 
     def block_without(self) -> None:
         self.without.append(_timed(self.first.train, self.steps, self.cpu["without"]))
@@ -161,13 +121,14 @@ class Rounds:
                           f"step ({saver} saver)" for saver in self.trainers)
         return (f"{self.steps / self.without[-1]:.3g} steps/s without saves, {rates}, "
                 f"{self.steps / self.with_bound[-1]:.3g} with the bound's write, "
-                f"{self.steps / self.with_floor[-1]:.3g} with the I/O floor's")
+                f"{self.steps / self.with_floor[-1]:.3g} with the I/O floor's, "
+                f"{self.steps / self.with_commit_floor[-1]:.3g} with the commit floor's")
 
 
 def run_every_step(state, directory: Path, mode: str, steps_per_block: int, blocks: int,
                    label: str, savers: tuple[str, ...] = SAVERS) -> dict[str, dict]:
     """{saver: summary}: blocks without saves, then one block with saves per saver, then
-    the bound's block and the I/O floor's, in turn (every other round in reverse),
+    the bound's block, the I/O floor's and the commit floor's, in turn (every other round in reverse),
     `blocks` times (async: one saver per ckpt.saver; sync has no saver, so one kind of
     block with saves)."""
     if mode != "async":
@@ -176,13 +137,15 @@ def run_every_step(state, directory: Path, mode: str, steps_per_block: int, bloc
         trainers = {saver: SavingTrainer(state, directory / saver, mode, saver) for saver in savers}
     bound = RawWriteEveryStep(state, directory)
     floor = RawWriteEveryStep(state, directory, copy=False)
-    rounds = Rounds(trainers, bound, floor, steps_per_block)
+    closeables = [bound, floor, *(t.checkpointer for t in trainers.values())]
     try:
         with stdout_to_stderr():
             for trainer in trainers.values():  # warm-up: the first save allocates the staging
                 trainer.activate()  # buffers (and starts the saver process)
                 trainer.train_and_save(1)
                 trainer.checkpointer.drain()
+        rounds = Rounds(trainers, bound, floor, _commit_floor(state, directory, trainers, closeables),
+                        steps_per_block)
         kinds = rounds.kinds()
         for index in range(blocks):
             with stdout_to_stderr():
@@ -196,9 +159,20 @@ def run_every_step(state, directory: Path, mode: str, steps_per_block: int, bloc
         # file is left behind by a failed run.
         with ExitStack() as closing:
             closing.enter_context(stdout_to_stderr())
-            for closeable in (bound, floor, *(t.checkpointer for t in trainers.values())):
+            for closeable in closeables:
                 closing.callback(closeable.close)
     return {saver: summary(trainer, state, rounds, saver) for saver, trainer in trainers.items()}
+
+
+def _commit_floor(state, directory: Path, trainers: dict[str, SavingTrainer],
+                  closeables: list) -> RawWriteEveryStep:
+    """The commit floor, with the files of the checkpoint the first saver's warm-up committed;
+    added to `closeables` at once, so that a failed run closes it too."""
+    first = next(iter(trainers.values()))
+    template = read_latest(first.checkpointer.root)
+    commit_floor = CommitFloorEveryStep(state, directory, template, first.checkpointer.keep_last)
+    closeables.append(commit_floor)
+    return commit_floor
 
 
 def summary(trainer: SavingTrainer, state, rounds: Rounds, saver: str) -> dict:
@@ -228,6 +202,9 @@ def summary(trainer: SavingTrainer, state, rounds: Rounds, saver: str) -> dict:
         **_versus("bound", rounds.with_bound, without, steps),
         # The same write + fsync of a buffer filled once, no copy: what the I/O alone costs.
         **_versus("floor", rounds.with_floor, without, steps),
+        # The bound's bytes as baton's files, committed as baton commits (bench.commit_floor):
+        # what the contract's durability costs whatever the checkpointer computes.
+        **_versus("commit_floor", rounds.with_commit_floor, without, steps),
         "step_s_median": statistics.median(without) / steps_per_block,
         "save_stall_s_median": statistics.median(s["stall_s"] for s in stats),
         "save_slot_wait_s_median": statistics.median(s["slot_wait_s"] for s in stats),

@@ -123,7 +123,7 @@ def test_loads_and_checkpoint_every_step_are_measured(bench):
     runs = [result["every_step"]["default_model"], result["every_step"]["default_model_saver_process"]]
     assert [run["saver"] for run in runs] == ["thread", "process"]
     assert runs[0]["steps_per_s_without_saves"] == runs[1]["steps_per_s_without_saves"]
-    for kind in ("bound", "floor"):  # the same blocks, measured once for both savers
+    for kind in ("bound", "floor", "commit_floor"):  # the same blocks, once for both savers
         assert runs[0][f"{kind}_block_ratios"] == runs[1][f"{kind}_block_ratios"]
     for run in runs:  # shared blocks without saves and with the bound; its own with saves
         _every_step_is_measured(run)
@@ -149,7 +149,8 @@ def _every_step_is_measured(run: dict) -> None:
         run["steps_per_s_with_saves"] / run["steps_per_s_with_bound"], rel=1e-12)
     low, high = run["throughput_ratio_vs_bound_ci95"]
     assert low <= run["throughput_ratio_vs_bound"] <= high
-    for kind in ("bound", "floor"):  # memcpy + write + fsync; the write + fsync alone
+    # memcpy + write + fsync; the write + fsync alone; the bound's bytes committed as baton's files
+    for kind in ("bound", "floor", "commit_floor"):
         assert positive(run[f"steps_per_s_with_{kind}"])
         assert run[f"{kind}_throughput_ratio"] == pytest.approx(
             run[f"steps_per_s_with_{kind}"] / run["steps_per_s_without_saves"], rel=1e-12)
