@@ -1,8 +1,10 @@
-"""The PNG: stall and time-until-durable per method (log scale, bounds as lines), and how
-each grows with the state size."""
+"""The PNG: stall and time-until-durable per method (log scale, bounds as lines), how
+each grows with the state size, and the default model's every-step throughput."""
 from __future__ import annotations
 
 from pathlib import Path
+
+from bench.every_step_plot import every_step_panel, every_step_rows
 
 
 def write_plot(result: dict, path: Path) -> None:
@@ -12,11 +14,16 @@ def write_plot(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     sweep = result["sweep"]["points"]
-    columns = 2 if len(sweep) > 1 else 1
+    every_step = every_step_rows(result.get("every_step", {}))
+    columns = 1 + (len(sweep) > 1) + bool(every_step)
     figure, axes = plt.subplots(1, columns, figsize=(9 * columns, 7), squeeze=False)
-    _per_method(axes[0][0], result)
-    if columns == 2:
-        _sweep(axes[0][1], sweep, plt)
+    panels = iter(axes[0])
+    _per_method(next(panels), result)
+    if len(sweep) > 1:
+        _sweep(next(panels), sweep, plt)
+    if every_step:
+        blocks = result["every_step"]["default_model"]["blocks"]
+        every_step_panel(next(panels), every_step, blocks)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
