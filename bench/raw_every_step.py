@@ -21,6 +21,11 @@ class RawWriteEveryStep:
         sizes = [t.numel() * t.element_size() for t in self.tensors]
         self.buffer = torch.empty(sum(sizes), dtype=torch.uint8)
         self.views = list(torch.split(self.buffer, sizes))
+        # Byte views of the live tensors, made once (the optimizer updates them in place, as
+        # `self.tensors` already assumes): one foreach call then copies them all, the
+        # cheapest copy torch offers from Python, so the bound is not inflated by a loop.
+        contiguous = all(t.is_contiguous() for t in self.tensors)
+        self.sources = [t.reshape(-1).view(torch.uint8) for t in self.tensors] if contiguous else None
         self.copy = copy
         if not copy:  # the same bytes as the bound writes, copied once
             self._copy_state()
@@ -37,6 +42,9 @@ class RawWriteEveryStep:
         self.pending = self.writer.submit(self._write)
 
     def _copy_state(self) -> None:
+        if self.sources is not None:
+            torch._foreach_copy_(self.views, self.sources)
+            return
         for view, tensor in zip(self.views, self.tensors):
             view.copy_(tensor.reshape(-1).view(torch.uint8))
 
