@@ -79,7 +79,7 @@ class Rounds:
     CPU."""
 
     def __init__(self, trainers: dict[str, SavingTrainer], bound: RawWriteEveryStep,
-                 floor: RawWriteEveryStep, commit_floor: RawWriteEveryStep, steps_per_block: int):
+                 floor: RawWriteEveryStep, commit_floor: CommitFloorEveryStep, steps_per_block: int):
         self.trainers, self.bound, self.floor = trainers, bound, floor
         self.commit_floor = commit_floor
         self.steps = steps_per_block
@@ -165,7 +165,7 @@ def run_every_step(state, directory: Path, mode: str, steps_per_block: int, bloc
 
 
 def _commit_floor(state, directory: Path, trainers: dict[str, SavingTrainer],
-                  closeables: list) -> RawWriteEveryStep:
+                  closeables: list) -> CommitFloorEveryStep:
     """The commit floor, with the files of the checkpoint the first saver's warm-up committed;
     added to `closeables` at once, so that a failed run closes it too."""
     first = next(iter(trainers.values()))

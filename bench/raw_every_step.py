@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from bench.methods.bounds import write_and_fsync
+from bench.state_copy import StateCopy, state_bytes
 
 
 class RawWriteEveryStep:
@@ -17,18 +18,11 @@ class RawWriteEveryStep:
     `copy=False`: the I/O floor, the buffer filled once and only written every step."""
 
     def __init__(self, state, directory: Path, copy: bool = True):
-        self.tensors = [t.detach() for t in state.tensors()]
-        sizes = [t.numel() * t.element_size() for t in self.tensors]
-        self.buffer = torch.empty(sum(sizes), dtype=torch.uint8)
-        self.views = list(torch.split(self.buffer, sizes))
-        # Byte views of the live tensors, made once (the optimizer updates them in place, as
-        # `self.tensors` already assumes): one foreach call then copies them all, the
-        # cheapest copy torch offers from Python, so the bound is not inflated by a loop.
-        contiguous = all(t.is_contiguous() for t in self.tensors)
-        self.sources = [t.reshape(-1).view(torch.uint8) for t in self.tensors] if contiguous else None
+        self.copier = StateCopy(state, torch.empty(state_bytes(state), dtype=torch.uint8))
+        self.buffer = self.copier.buffer
         self.copy = copy
         if not copy:  # the same bytes as the bound writes, copied once
-            self._copy_state()
+            self.copier.copy()
         name = "raw-every-step.bin" if copy else "raw-every-step-no-copy.bin"
         self.path = Path(directory) / name
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -38,15 +32,8 @@ class RawWriteEveryStep:
     def save(self) -> None:
         self.drain()  # one in flight, as baton's ckpt.max_in_flight=1
         if self.copy:
-            self._copy_state()
+            self.copier.copy()
         self.pending = self.writer.submit(self._write)
-
-    def _copy_state(self) -> None:
-        if self.sources is not None:
-            torch._foreach_copy_(self.views, self.sources)
-            return
-        for view, tensor in zip(self.views, self.tensors):
-            view.copy_(tensor.reshape(-1).view(torch.uint8))
 
     def _write(self) -> None:
         write_and_fsync(self.path, [memoryview(self.buffer.numpy())])
@@ -57,6 +44,8 @@ class RawWriteEveryStep:
             pending.result()
 
     def close(self) -> None:
-        self.drain()
-        self.writer.shutdown()
-        self.path.unlink(missing_ok=True)
+        try:
+            self.drain()
+        finally:  # a failed last write still stops the thread and removes the file
+            self.writer.shutdown()
+            self.path.unlink(missing_ok=True)

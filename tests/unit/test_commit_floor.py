@@ -1,13 +1,18 @@
 """bench.commit_floor: every save leaves what a baton save leaves (the template's files and
-sizes, the state's bytes copied at that save, `latest` on the newest, `keep_last` kept,
-nothing half-done), and closing removes all of it."""
+sizes, the state's bytes, `latest` on the newest, `keep_last` kept, nothing half-done),
+its committer does no more durability work than a real baton save of the same
+checkpoint, it stops when its launcher goes, and closing removes everything."""
 from __future__ import annotations
 
+import os
+from collections import Counter
 from pathlib import Path
 
+import pytest
 import torch
 
 from bench.commit_floor import CommitFloorEveryStep, files_of
+from bench.commit_floor_child import Committer
 
 
 class TinyState:
@@ -19,6 +24,9 @@ class TinyState:
 
     def tensors(self) -> list[torch.Tensor]:
         return [self.weights, self.moments]
+
+    def bytes(self) -> bytes:
+        return self.weights.numpy().tobytes() + self.moments.numpy().tobytes()
 
 
 def template(root: Path) -> Path:
@@ -37,27 +45,92 @@ def test_the_files_of_a_checkpoint_are_listed_with_the_manifest_last(tmp_path):
     assert directories == ["rng"]
     assert files == [("data.json", 2), ("mp_rank_00_model_states.pt", 4500),
                      ("rng/rank-00000.json", 40), ("manifest.json", 100)]
+    (tmp_path / "step-000001" / "manifest.json").unlink()
+    with pytest.raises(ValueError, match="needs a committed checkpoint"):
+        files_of(tmp_path / "step-000001")
 
 
 def test_every_save_is_committed_like_a_baton_save_and_close_leaves_nothing(tmp_path):
     shape = template(tmp_path / "template")
     state = TinyState()
     floor = CommitFloorEveryStep(state, tmp_path / "work", shape, keep_last=2)
-    root = floor.root
+    root, child = floor.root, floor.child
     try:
         floor.save()
+        floor.drain()  # the copy runs on a thread: let it read the state before it changes
         state.weights.add_(1)  # in place, as an optimizer step: the next save copies it again
         for _ in range(2):
             floor.save()
         floor.drain()
+        assert (floor.sent, floor.written, floor.committed) == (3, 3, 3)
         assert sorted(p.name for p in root.iterdir()) == ["latest", "step-000002", "step-000003"]
         assert (root / "latest").read_text() == "step-000003"
         newest = root / "step-000003"
         assert files_of(newest) == files_of(shape)
         written = (newest / "mp_rank_00_model_states.pt").read_bytes()
-        state_bytes = state.weights.numpy().tobytes() + state.moments.numpy().tobytes()
-        assert written == state_bytes + bytes(4500 - len(state_bytes))
-        assert (newest / "rng" / "rank-00000.json").read_bytes() == state_bytes[:40]
+        assert written == state.bytes() + bytes(4500 - len(state.bytes()))
+        assert (newest / "rng" / "rank-00000.json").read_bytes() == state.bytes()[:40]
     finally:
         floor.close()
+    assert child.returncode == 0
     assert not (tmp_path / "work" / "commit-floor").exists()
+
+
+def test_the_committer_stops_when_its_launcher_goes(tmp_path):
+    floor = CommitFloorEveryStep(TinyState(), tmp_path / "work", template(tmp_path / "t"), 2)
+    try:
+        floor.child.stdin.close()  # what the kernel does to the pipe when the launcher dies
+        assert floor.child.wait(timeout=30) == 0
+    finally:
+        floor.close()
+
+
+def counting(monkeypatch) -> Counter:
+    """Counts os.fsync, os.rename and os.replace calls, on every thread."""
+    calls = Counter()
+    for name in ("fsync", "rename", "replace"):
+        real = getattr(os, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(os, name, counted)
+    return calls
+
+
+@pytest.fixture(scope="module")
+def bench_state(tmp_path_factory):
+    from bench.state import build_state
+
+    built = build_state("tiny", [], tmp_path_factory.mktemp("floor-run"), None)
+    yield built
+    built.close()
+
+
+def test_the_committer_does_no_more_than_a_baton_save_of_the_same_checkpoint(
+        bench_state, tmp_path, monkeypatch):
+    """A floor must not be inflated: per save, its fsyncs and renames are at most those of
+    a real baton save (the Python writer, whose fsyncs are os.fsync) that also retires one."""
+    from bench.methods.baton_checkpointer import payload
+    from ckpt.checkpointer import Checkpointer, SaveOptions
+    from ckpt.layout import read_latest
+
+    checkpointer = Checkpointer(bench_state.engine, tmp_path / "baton", "cpt", bench_state.layout,
+                                keep_last=1, options=SaveOptions(mode="sync", writer="python"))
+    checkpointer.save(1, payload(1, 1))
+    calls = counting(monkeypatch)
+    checkpointer.save(2, payload(2, 1))  # retires step 1
+    checkpointer.close()
+    baton, shape = dict(calls), files_of(read_latest(tmp_path / "baton"))
+    calls.clear()
+    (tmp_path / "floor").mkdir()
+    committer = Committer(memoryview(bytearray(1000)), tmp_path / "floor", 1,
+                          {"directories": shape[0], "files": [list(f) for f in shape[1]]})
+    committer.commit(committer.write_files())
+    calls.clear()
+    committer.commit(committer.write_files())  # retires the first
+    floor = dict(calls)
+    assert files_of(tmp_path / "floor" / "step-000002") == shape
+    assert 0 < floor["fsync"] <= baton["fsync"]
+    assert 0 < floor["rename"] + floor["replace"] <= baton["rename"] + baton["replace"]

@@ -1,0 +1,100 @@
+"""The commit floor's committer (bench.commit_floor), a process of its own: as baton's saver
+process, its Python holds no GIL of the training process.
+
+`python -m bench.commit_floor_child FD ROOT KEEP_LAST` maps the memory file FD (the
+state's bytes, copied there by the training process) and reads the checkpoint's shape, one JSON line,
+then one line per save from stdin. For each save it writes the files and fsyncs them and
+their directories, answers `w` (the buffer may be filled again: baton frees its staging
+slot at the same point), then commits as ckpt.commit does (the manifest last, the `.tmp`
+directory fsynced and renamed into place, `latest` moved) and retires the checkpoint
+beyond KEEP_LAST (renamed to `.deleting`, then deleted), and answers `c`. It stops at
+`q` or at the end of stdin, so it never outlives the process that started it.
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from bench.methods.bounds import write_and_fsync
+from ckpt.commit import fsync_dir
+from ckpt.layout import DELETING_SUFFIX, LATEST, MANIFEST, TMP_SUFFIX
+
+WRITTEN, COMMITTED, READY = b"w", b"c", b"r"
+
+
+class Committer:
+    def __init__(self, state: memoryview, root: Path, keep_last: int, shape: dict):
+        self.state, self.root, self.keep_last = state, root, keep_last
+        self.directories = shape["directories"]
+        self.files = [(name, size) for name, size in shape["files"] if name != MANIFEST]
+        self.manifest_size = dict(shape["files"]).get(MANIFEST, 0)
+        # Directories holding a file, deepest first, then the checkpoint's own: baton
+        # fsyncs each directory it wrote into.
+        parents = {str(Path(name).parent) for name, _ in self.files} - {"."}
+        self.synced = sorted(parents, key=lambda d: -d.count("/")) + [""]
+        largest = max([size for _, size in self.files] + [self.manifest_size])
+        self.padding = memoryview(bytes(max(0, largest - state.nbytes)))
+        self.saves = 0
+
+    def write_files(self) -> Path:
+        self.saves += 1
+        tmp = self.root / f"step-{self.saves:06d}{TMP_SUFFIX}"
+        tmp.mkdir()
+        for directory in self.directories:
+            (tmp / directory).mkdir()
+        for name, size in self.files:
+            write_and_fsync(tmp / name, self._bytes(size))
+        for directory in self.synced:
+            fsync_dir(tmp / directory)
+        return tmp
+
+    def commit(self, tmp: Path) -> None:
+        write_and_fsync(tmp / MANIFEST, self._bytes(self.manifest_size))
+        fsync_dir(tmp)
+        final = tmp.with_name(tmp.name[: -len(TMP_SUFFIX)])
+        os.rename(tmp, final)
+        fsync_dir(self.root)
+        pointer = self.root / (LATEST + TMP_SUFFIX)
+        write_and_fsync(pointer, [memoryview(final.name.encode())])
+        os.replace(pointer, self.root / LATEST)
+        fsync_dir(self.root)
+        self._retire(self.saves - self.keep_last)
+
+    def _retire(self, save: int) -> None:
+        if save < 1:
+            return
+        leaving = self.root / f"step-{save:06d}"
+        doomed = leaving.with_name(leaving.name + DELETING_SUFFIX)
+        os.rename(leaving, doomed)
+        fsync_dir(self.root)
+        shutil.rmtree(doomed)
+
+    def _bytes(self, size: int) -> list[memoryview]:
+        """`size` bytes: the copied state first, zeros after it when the file is larger."""
+        state = self.state[:size]
+        return [state, self.padding[:size - state.nbytes]]
+
+
+def main(argv: list[str]) -> int:
+    buffer_fd, root, keep_last = argv
+    mapped = mmap.mmap(int(buffer_fd), 0)
+    commands = sys.stdin.buffer
+    committer = Committer(memoryview(mapped), Path(root), int(keep_last),
+                          json.loads(commands.readline()))
+    os.write(1, READY)
+    for line in commands:
+        if line.strip() == b"q":
+            break
+        tmp = committer.write_files()
+        os.write(1, WRITTEN)
+        committer.commit(tmp)
+        os.write(1, COMMITTED)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

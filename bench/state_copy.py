@@ -1,0 +1,31 @@
+"""The state's bytes copied into one reused buffer, as cheaply as torch allows from Python:
+what the bound and the commit floor of a checkpoint-every-step run copy (bench.every_step)."""
+from __future__ import annotations
+
+import torch
+
+
+def state_bytes(state) -> int:
+    return sum(t.numel() * t.element_size() for t in state.tensors())
+
+
+class StateCopy:
+    """`copy()` fills `buffer` (uint8, `state_bytes(state)` long) with the state's tensors'
+    bytes, one after another."""
+
+    def __init__(self, state, buffer: torch.Tensor):
+        self.tensors = [t.detach() for t in state.tensors()]
+        sizes = [t.numel() * t.element_size() for t in self.tensors]
+        self.buffer = buffer
+        self.views = list(torch.split(buffer, sizes))
+        # Byte views of the live tensors, made once (the optimizer updates them in place):
+        # one foreach call then copies them all, without a Python loop to inflate a bound.
+        contiguous = all(t.is_contiguous() for t in self.tensors)
+        self.sources = [t.reshape(-1).view(torch.uint8) for t in self.tensors] if contiguous else None
+
+    def copy(self) -> None:
+        if self.sources is not None:
+            torch._foreach_copy_(self.views, self.sources)
+            return
+        for view, tensor in zip(self.views, self.tensors):
+            view.copy_(tensor.reshape(-1).view(torch.uint8))
