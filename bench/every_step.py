@@ -202,7 +202,7 @@ def summary(trainer: SavingTrainer, state, rounds: Rounds, saver: str) -> dict:
         **_versus("bound", rounds.with_bound, without, steps),
         # The same write + fsync of a buffer filled once, no copy: what the I/O alone costs.
         **_versus("floor", rounds.with_floor, without, steps),
-        # The bound's bytes as baton's files, committed as baton commits (bench.commit_floor):
+        # Baton's files committed as baton commits, nothing computed (bench.commit_floor):
         # what the contract's durability costs whatever the checkpointer computes.
         **_versus("commit_floor", rounds.with_commit_floor, without, steps),
         "step_s_median": statistics.median(without) / steps_per_block,

@@ -9,7 +9,7 @@ BAR = 0.97
 """Checkpointing every step may cost at most 3% of throughput."""
 
 FLOORS = (("bound", "bound: memcpy + write + fsync"), ("floor", "I/O floor: write + fsync"),
-          ("commit_floor", "commit floor: the bound's bytes committed as baton's files"))
+          ("commit_floor", "commit floor: baton's files committed, nothing computed"))
 
 
 def every_step_rows(every_step: dict) -> list[tuple[str, float, list[float]]]:
