@@ -10,7 +10,8 @@ and computes nothing: no structure pickle, no hash, no manifest contents.
 
 It is built to cost the training process as little as such a checkpoint can:
 - the copy of the state into the shared buffer runs on a background thread, one foreach
-  call that releases the GIL (baton's lazy copier does the same during the next step);
+  call that releases the GIL, and the next optimizer step waits for it (baton's lazy
+  copier does the same during the next forward and backward);
 - the files and the commit are the work of another process (bench.commit_floor_child), so
   none of their Python holds the training process's GIL (baton's saver process);
 - the next save's copy waits only until the last save's files are written, not for its
@@ -24,6 +25,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -31,12 +33,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from bench.commit_floor_child import COMMITTED, READY, WRITTEN
 from bench.state_copy import StateCopy, state_bytes
 from ckpt.layout import MANIFEST
 
 STOP_WAIT_S = 10.0
+SILENT_S = 300.0
+"""A committer that answers nothing for this long is stuck: the run fails instead of hanging."""
 
 
 def files_of(checkpoint: Path) -> tuple[list[str], list[tuple[str, int]]]:
@@ -61,15 +66,17 @@ class CommitFloorEveryStep:
         self.root = self.home / "checkpoints"
         shutil.rmtree(self.home, ignore_errors=True)
         self.root.mkdir(parents=True)
+        self.child = self.pending = self.hook = self.copier = self.mapped = self.copying = None
+        self.sent = self.written = self.committed = 0
+        self.closed = False
         # The buffer both processes map: memory, never written back to a disk.
         self.fd = os.memfd_create("baton-bench-commit-floor")
-        os.ftruncate(self.fd, max(1, state_bytes(state)))
-        self.mapped = mmap.mmap(self.fd, 0)
-        self.copier = StateCopy(state, torch.frombuffer(self.mapped, dtype=torch.uint8)[:state_bytes(state)])
-        self.copying = ThreadPoolExecutor(1, thread_name_prefix="bench-commit-floor-copy")
-        self.pending, self.child = None, None
-        self.sent = self.written = self.committed = 0
         try:
+            nbytes = state_bytes(state)
+            os.ftruncate(self.fd, max(1, nbytes))
+            self.mapped = mmap.mmap(self.fd, 0)
+            self.copier = StateCopy(state, torch.frombuffer(self.mapped, dtype=torch.uint8)[:nbytes])
+            self.copying = ThreadPoolExecutor(1, thread_name_prefix="bench-commit-floor-copy")
             self.child = subprocess.Popen(
                 [sys.executable, "-m", "bench.commit_floor_child", str(self.fd), str(self.root),
                  str(keep_last)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(self.fd,))
@@ -84,20 +91,31 @@ class CommitFloorEveryStep:
     def save(self) -> None:
         self._copied()
         self._read_until(lambda: self.written == self.sent)  # the buffer is free again
-        self.sent += 1
+        if self.hook is None:  # the next optimizer step waits for the copy, as for baton's
+            self.hook = register_optimizer_step_pre_hook(self._before_step)  # lazy copies
         self.pending = self.copying.submit(self._copy_and_send)
 
     def _copy_and_send(self) -> None:
         self.copier.copy()
         self.child.stdin.write(b"s\n")
         self.child.stdin.flush()
+        self.sent += 1  # only once the committer has it: a failed copy is no save to wait for
+
+    def _before_step(self, optimizer, args, kwargs) -> None:
+        pending = self.pending
+        if pending is not None:
+            pending.result()
 
     def drain(self) -> None:
         """Every save sent is committed and its retired checkpoint deleted."""
         self._copied()
         self._read_until(lambda: self.committed == self.sent)
+        if self.hook is not None:  # blocks of other kinds run without it
+            self.hook, hook = None, self.hook
+            hook.remove()
 
     def _copied(self) -> None:
+        """The copy thread is done: `sent` is final and a failed copy is raised here."""
         if self.pending is not None:
             self.pending, pending = None, self.pending
             pending.result()
@@ -105,8 +123,11 @@ class CommitFloorEveryStep:
     def _read_until(self, done, first: bool = False) -> None:
         """Read the committer's answers (one byte per event) until `done()`."""
         self.ready = not first
+        answers_from = self.child.stdout.fileno()
         while not done():
-            answers = os.read(self.child.stdout.fileno(), 64)
+            if not select.select([answers_from], [], [], SILENT_S)[0]:
+                raise TimeoutError(f"the commit floor's committer said nothing for {SILENT_S:g} s")
+            answers = os.read(answers_from, 64)
             if not answers:
                 raise RuntimeError(f"the commit floor's committer exited ({self.child.wait()}) "
                                    f"after {self.committed} of {self.sent} saves")
@@ -116,19 +137,25 @@ class CommitFloorEveryStep:
 
     def close(self) -> None:
         """Drain, stop the committer (killed if it does not stop), free the buffer, and
-        remove everything it wrote, whatever failed first."""
+        remove everything it wrote, whatever failed first; once."""
+        if self.closed:
+            return
+        self.closed = True
         try:
             if self.child is not None and self.child.poll() is None:
                 self.drain()
         finally:
-            self.copying.shutdown()
+            if self.hook is not None:
+                self.hook.remove()
+            if self.copying is not None:
+                self.copying.shutdown()
             if self.child is not None:
                 _stop(self.child)
-            self.copier = None  # the tensor over the mapping goes before the mapping
-            try:
+            # No tensor over the mapping may outlive it: torch.frombuffer keeps no buffer
+            # export, so nothing would stop the unmap, and a later read would crash.
+            self.copier = None
+            if self.mapped is not None:
                 self.mapped.close()
-            except BufferError:
-                pass  # a view still held elsewhere: the mapping goes with it
             os.close(self.fd)
             shutil.rmtree(self.home, ignore_errors=True)
 

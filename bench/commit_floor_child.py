@@ -31,12 +31,12 @@ class Committer:
         self.state, self.root, self.keep_last = state, root, keep_last
         self.directories = shape["directories"]
         self.files = [(name, size) for name, size in shape["files"] if name != MANIFEST]
-        self.manifest_size = dict(shape["files"]).get(MANIFEST, 0)
+        self.manifest = memoryview(bytes(dict(shape["files"]).get(MANIFEST, 0)))
         # Directories holding a file, deepest first, then the checkpoint's own: baton
         # fsyncs each directory it wrote into.
         parents = {str(Path(name).parent) for name, _ in self.files} - {"."}
         self.synced = sorted(parents, key=lambda d: -d.count("/")) + [""]
-        largest = max([size for _, size in self.files] + [self.manifest_size])
+        largest = max([size for _, size in self.files] + [0])
         self.padding = memoryview(bytes(max(0, largest - state.nbytes)))
         self.saves = 0
 
@@ -53,7 +53,8 @@ class Committer:
         return tmp
 
     def commit(self, tmp: Path) -> None:
-        write_and_fsync(tmp / MANIFEST, self._bytes(self.manifest_size))
+        # Not from the shared buffer: after `w` the training process may be filling it again.
+        write_and_fsync(tmp / MANIFEST, [self.manifest])
         fsync_dir(tmp)
         final = tmp.with_name(tmp.name[: -len(TMP_SUFFIX)])
         os.rename(tmp, final)

@@ -5,6 +5,7 @@ checkpoint, it stops when its launcher goes, and closing removes everything."""
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -16,17 +17,23 @@ from bench.commit_floor_child import Committer
 
 
 class TinyState:
-    """What the floor reads of a bench state: its tensors."""
+    """What the floor reads of a bench state, its tensors, and an optimizer that updates
+    them in place, as a training step does."""
 
     def __init__(self):
-        self.weights = torch.arange(1000, dtype=torch.float32)  # 4000 bytes
+        self.weights = torch.nn.Parameter(torch.arange(1000, dtype=torch.float32))  # 4000 bytes
         self.moments = torch.ones(10, dtype=torch.float64)  # 80 bytes
+        self.optimizer = torch.optim.SGD([self.weights], lr=1.0)
 
     def tensors(self) -> list[torch.Tensor]:
         return [self.weights, self.moments]
 
     def bytes(self) -> bytes:
-        return self.weights.numpy().tobytes() + self.moments.numpy().tobytes()
+        return self.weights.detach().numpy().tobytes() + self.moments.numpy().tobytes()
+
+    def step(self) -> None:
+        self.weights.grad = torch.ones_like(self.weights)
+        self.optimizer.step()
 
 
 def template(root: Path) -> Path:
@@ -51,29 +58,39 @@ def test_the_files_of_a_checkpoint_are_listed_with_the_manifest_last(tmp_path):
 
 
 def test_every_save_is_committed_like_a_baton_save_and_close_leaves_nothing(tmp_path):
+    """Each kept checkpoint holds the state as it was at its save call, though the copy
+    runs on a thread and the next optimizer step comes at once: the step waits for it."""
     shape = template(tmp_path / "template")
     state = TinyState()
     floor = CommitFloorEveryStep(state, tmp_path / "work", shape, keep_last=2)
-    root, child = floor.root, floor.child
+    root, child, copy = floor.root, floor.child, floor.copier.copy
+
+    def slow_copy():
+        time.sleep(0.2)  # without the wait, the step below would land before the copy
+        copy()
+
+    floor.copier.copy = slow_copy
+    at_save = []
     try:
-        floor.save()
-        floor.drain()  # the copy runs on a thread: let it read the state before it changes
-        state.weights.add_(1)  # in place, as an optimizer step: the next save copies it again
-        for _ in range(2):
+        for _ in range(3):
+            at_save.append(state.bytes())
             floor.save()
+            state.step()
         floor.drain()
         assert (floor.sent, floor.written, floor.committed) == (3, 3, 3)
         assert sorted(p.name for p in root.iterdir()) == ["latest", "step-000002", "step-000003"]
         assert (root / "latest").read_text() == "step-000003"
-        newest = root / "step-000003"
-        assert files_of(newest) == files_of(shape)
-        written = (newest / "mp_rank_00_model_states.pt").read_bytes()
-        assert written == state.bytes() + bytes(4500 - len(state.bytes()))
-        assert (newest / "rng" / "rank-00000.json").read_bytes() == state.bytes()[:40]
+        for name, expected in (("step-000002", at_save[1]), ("step-000003", at_save[2])):
+            assert files_of(root / name) == files_of(shape)
+            written = (root / name / "mp_rank_00_model_states.pt").read_bytes()
+            assert written == expected + bytes(4500 - len(expected)), name
+            assert (root / name / "rng" / "rank-00000.json").read_bytes() == expected[:40]
+        assert at_save[1] != at_save[2]
     finally:
         floor.close()
     assert child.returncode == 0
     assert not (tmp_path / "work" / "commit-floor").exists()
+    floor.close()  # twice is harmless
 
 
 def test_the_committer_stops_when_its_launcher_goes(tmp_path):
@@ -83,6 +100,17 @@ def test_the_committer_stops_when_its_launcher_goes(tmp_path):
         assert floor.child.wait(timeout=30) == 0
     finally:
         floor.close()
+
+
+def test_a_committer_that_dies_fails_the_run_and_close_still_cleans_up(tmp_path):
+    floor = CommitFloorEveryStep(TinyState(), tmp_path / "work", template(tmp_path / "t"), 2)
+    floor.child.kill()  # our own child, by its handle
+    floor.child.wait()
+    with pytest.raises(BrokenPipeError):
+        floor.save()
+        floor.drain()
+    floor.close()
+    assert not (tmp_path / "work" / "commit-floor").exists()
 
 
 def counting(monkeypatch) -> Counter:
@@ -120,9 +148,10 @@ def test_the_committer_does_no_more_than_a_baton_save_of_the_same_checkpoint(
                                 keep_last=1, options=SaveOptions(mode="sync", writer="python"))
     checkpointer.save(1, payload(1, 1))
     calls = counting(monkeypatch)
-    checkpointer.save(2, payload(2, 1))  # retires step 1
+    checkpointer.save(2, payload(2, 1))  # a synchronous save: committed, step 1 retired
+    baton = dict(calls)
     checkpointer.close()
-    baton, shape = dict(calls), files_of(read_latest(tmp_path / "baton"))
+    shape = files_of(read_latest(tmp_path / "baton"))
     calls.clear()
     (tmp_path / "floor").mkdir()
     committer = Committer(memoryview(bytearray(1000)), tmp_path / "floor", 1,
