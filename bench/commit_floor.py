@@ -36,7 +36,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from bench.commit_floor_child import COMMITTED, READY, WRITTEN
-from bench.state_copy import StateCopy, state_bytes
+from bench.state_copy import StateCopy
 from ckpt.layout import MANIFEST
 
 STOP_WAIT_S = 10.0
@@ -49,9 +49,10 @@ def files_of(checkpoint: Path) -> tuple[list[str], list[tuple[str, int]]]:
     before children; the manifest last, as the commit writes it."""
     if checkpoint is None or not (checkpoint / MANIFEST).is_file():
         raise ValueError(f"the commit floor needs a committed checkpoint, got {checkpoint}")
-    directories = sorted(str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*") if p.is_dir())
+    entries = list(checkpoint.rglob("*"))
+    directories = sorted(str(p.relative_to(checkpoint)) for p in entries if p.is_dir())
     files = sorted((str(p.relative_to(checkpoint)), p.stat().st_size)
-                   for p in checkpoint.rglob("*") if p.is_file())
+                   for p in entries if p.is_file())
     files.sort(key=lambda entry: entry[0] == MANIFEST)  # stable: the rest keep their order
     return directories, files
 
@@ -67,26 +68,29 @@ class CommitFloorEveryStep:
         shutil.rmtree(self.home, ignore_errors=True)
         self.root.mkdir(parents=True)
         self.child = self.pending = self.hook = self.copier = self.mapped = self.copying = None
-        self.sent = self.written = self.committed = 0
+        self.ready = self.sent = self.written = self.committed = 0
         self.closed = False
         # The buffer both processes map: memory, never written back to a disk.
         self.fd = os.memfd_create("baton-bench-commit-floor")
         try:
-            nbytes = state_bytes(state)
-            os.ftruncate(self.fd, max(1, nbytes))
-            self.mapped = mmap.mmap(self.fd, 0)
-            self.copier = StateCopy(state, torch.frombuffer(self.mapped, dtype=torch.uint8)[:nbytes])
+            self.copier = StateCopy(state, self._shared_buffer)
             self.copying = ThreadPoolExecutor(1, thread_name_prefix="bench-commit-floor-copy")
             self.child = subprocess.Popen(
                 [sys.executable, "-m", "bench.commit_floor_child", str(self.fd), str(self.root),
-                 str(keep_last)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(self.fd,))
+                 str(keep_last)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(self.fd,))
             shape = {"directories": directories, "files": files}
             self.child.stdin.write(json.dumps(shape).encode() + b"\n")
             self.child.stdin.flush()
-            self._read_until(lambda: self.ready, first=True)
+            self._read_until(lambda: self.ready == 1)
         except BaseException:
             self.close()  # the caller never gets this object to close
             raise
+
+    def _shared_buffer(self, nbytes: int) -> torch.Tensor:
+        os.ftruncate(self.fd, max(1, nbytes))
+        self.mapped = mmap.mmap(self.fd, 0)
+        return torch.frombuffer(self.mapped, dtype=torch.uint8)[:nbytes]
 
     def save(self) -> None:
         self._copied()
@@ -120,9 +124,8 @@ class CommitFloorEveryStep:
             self.pending, pending = None, self.pending
             pending.result()
 
-    def _read_until(self, done, first: bool = False) -> None:
+    def _read_until(self, done) -> None:
         """Read the committer's answers (one byte per event) until `done()`."""
-        self.ready = not first
         answers_from = self.child.stdout.fileno()
         while not done():
             if not select.select([answers_from], [], [], SILENT_S)[0]:
@@ -131,7 +134,7 @@ class CommitFloorEveryStep:
             if not answers:
                 raise RuntimeError(f"the commit floor's committer exited ({self.child.wait()}) "
                                    f"after {self.committed} of {self.sent} saves")
-            self.ready = self.ready or READY in answers
+            self.ready += answers.count(READY)
             self.written += answers.count(WRITTEN)
             self.committed += answers.count(COMMITTED)
 

@@ -2,8 +2,8 @@
 process, its Python holds no GIL of the training process.
 
 `python -m bench.commit_floor_child FD ROOT KEEP_LAST` maps the memory file FD (the
-state's bytes, copied there by the training process) and reads the checkpoint's shape, one JSON line,
-then one line per save from stdin. For each save it writes the files and fsyncs them and
+state's bytes, copied there by the training process) and reads the checkpoint's shape,
+one JSON line, then one line per save from stdin. For each save it writes the files and fsyncs them and
 their directories, answers `w` (the buffer may be filled again: baton frees its staging
 slot at the same point), then commits as ckpt.commit does (the manifest last, the `.tmp`
 directory fsynced and renamed into place, `latest` moved) and retires the checkpoint
@@ -15,13 +15,12 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import shutil
 import sys
 from pathlib import Path
 
 from bench.methods.bounds import write_and_fsync
-from ckpt.commit import fsync_dir
-from ckpt.layout import DELETING_SUFFIX, LATEST, MANIFEST, TMP_SUFFIX
+from ckpt.commit import discard, final_dir, fsync_dir, point_latest
+from ckpt.layout import MANIFEST, TMP_SUFFIX
 
 WRITTEN, COMMITTED, READY = b"w", b"c", b"r"
 
@@ -56,23 +55,13 @@ class Committer:
         # Not from the shared buffer: after `w` the training process may be filling it again.
         write_and_fsync(tmp / MANIFEST, [self.manifest])
         fsync_dir(tmp)
-        final = tmp.with_name(tmp.name[: -len(TMP_SUFFIX)])
+        final = final_dir(tmp)
         os.rename(tmp, final)
         fsync_dir(self.root)
-        pointer = self.root / (LATEST + TMP_SUFFIX)
-        write_and_fsync(pointer, [memoryview(final.name.encode())])
-        os.replace(pointer, self.root / LATEST)
-        fsync_dir(self.root)
-        self._retire(self.saves - self.keep_last)
-
-    def _retire(self, save: int) -> None:
-        if save < 1:
-            return
-        leaving = self.root / f"step-{save:06d}"
-        doomed = leaving.with_name(leaving.name + DELETING_SUFFIX)
-        os.rename(leaving, doomed)
-        fsync_dir(self.root)
-        shutil.rmtree(doomed)
+        point_latest(final)  # ckpt.commit's own: written beside, fsynced, moved, dir fsynced
+        retired = self.saves - self.keep_last
+        if retired >= 1:  # renamed to `.deleting`, the directory fsynced, then deleted
+            discard(self.root / f"step-{retired:06d}")
 
     def _bytes(self, size: int) -> list[memoryview]:
         """`size` bytes: the copied state first, zeros after it when the file is larger."""

@@ -79,7 +79,8 @@ class Rounds:
     CPU."""
 
     def __init__(self, trainers: dict[str, SavingTrainer], bound: RawWriteEveryStep,
-                 floor: RawWriteEveryStep, commit_floor: CommitFloorEveryStep, steps_per_block: int):
+                 floor: RawWriteEveryStep, commit_floor: CommitFloorEveryStep,
+                 steps_per_block: int):
         self.trainers, self.bound, self.floor = trainers, bound, floor
         self.commit_floor = commit_floor
         self.steps = steps_per_block
@@ -128,9 +129,9 @@ class Rounds:
 def run_every_step(state, directory: Path, mode: str, steps_per_block: int, blocks: int,
                    label: str, savers: tuple[str, ...] = SAVERS) -> dict[str, dict]:
     """{saver: summary}: blocks without saves, then one block with saves per saver, then
-    the bound's block, the I/O floor's and the commit floor's, in turn (every other round in reverse),
-    `blocks` times (async: one saver per ckpt.saver; sync has no saver, so one kind of
-    block with saves)."""
+    the bound's block, the I/O floor's and the commit floor's, in turn (every other round
+    in reverse), `blocks` times (async: one saver per ckpt.saver; sync has no saver, so one
+    kind of block with saves)."""
     if mode != "async":
         savers = savers[:1]
     with stdout_to_stderr():
@@ -144,8 +145,8 @@ def run_every_step(state, directory: Path, mode: str, steps_per_block: int, bloc
                 trainer.activate()  # buffers (and starts the saver process)
                 trainer.train_and_save(1)
                 trainer.checkpointer.drain()
-        rounds = Rounds(trainers, bound, floor, _commit_floor(state, directory, trainers, closeables),
-                        steps_per_block)
+        commit_floor = _commit_floor(state, directory, trainers, closeables)
+        rounds = Rounds(trainers, bound, floor, commit_floor, steps_per_block)
         kinds = rounds.kinds()
         for index in range(blocks):
             with stdout_to_stderr():

@@ -8,8 +8,8 @@ from __future__ import annotations
 BAR = 0.97
 """Checkpointing every step may cost at most 3% of throughput."""
 
-FLOORS = (("bound", "bound: memcpy + write + fsync"), ("floor", "I/O floor: write + fsync"),
-          ("commit_floor", "commit floor: baton's files committed, nothing computed"))
+REFERENCES = (("bound", "bound: memcpy + write + fsync"), ("floor", "I/O floor: write + fsync"),
+              ("commit_floor", "commit floor: baton's files committed, nothing computed"))
 
 
 def every_step_rows(every_step: dict) -> list[tuple[str, float, list[float]]]:
@@ -23,7 +23,7 @@ def every_step_rows(every_step: dict) -> list[tuple[str, float, list[float]]]:
             for run in runs.values()]
     first = runs["default_model"]
     rows += [(label, first[f"{kind}_throughput_ratio"], first[f"{kind}_throughput_ratio_ci95"])
-             for kind, label in FLOORS if f"{kind}_throughput_ratio" in first]
+             for kind, label in REFERENCES if f"{kind}_throughput_ratio" in first]
     return rows
 
 

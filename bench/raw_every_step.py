@@ -6,10 +6,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import torch
-
 from bench.methods.bounds import write_and_fsync
-from bench.state_copy import StateCopy, state_bytes
+from bench.state_copy import StateCopy
 
 
 class RawWriteEveryStep:
@@ -18,8 +16,7 @@ class RawWriteEveryStep:
     `copy=False`: the I/O floor, the buffer filled once and only written every step."""
 
     def __init__(self, state, directory: Path, copy: bool = True):
-        self.copier = StateCopy(state, torch.empty(state_bytes(state), dtype=torch.uint8))
-        self.buffer = self.copier.buffer
+        self.copier = StateCopy(state)
         self.copy = copy
         if not copy:  # the same bytes as the bound writes, copied once
             self.copier.copy()
@@ -36,7 +33,7 @@ class RawWriteEveryStep:
         self.pending = self.writer.submit(self._write)
 
     def _write(self) -> None:
-        write_and_fsync(self.path, [memoryview(self.buffer.numpy())])
+        write_and_fsync(self.path, [memoryview(self.copier.buffer.numpy())])
 
     def drain(self) -> None:
         if self.pending is not None:
