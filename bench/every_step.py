@@ -17,6 +17,13 @@ durable every step costs the step on this machine by itself (the kernel's page-c
 copy, writeback, and the second core they take), whatever the checkpoint does: where
 this ratio is below 0.97, no checkpoint that writes these bytes durably every step can
 cost 3% or less.
+
+With the saver process, a sixth kind measures its worker side: the same saves, handed to
+a saver process that drops them (ckpt.save_job.Faults.discard_saves). The save call, the
+staging copies, the sender's and the listener's work all run as in a real save; the
+saver's own work (structure, hashing, writes, the commit) does not. Against the process
+saver's blocks it splits what a save costs the step between the training process and the
+saver.
 """
 from __future__ import annotations
 
@@ -44,7 +51,8 @@ class SavingTrainer:
     Several may share one engine (one per saver): `activate` hands the engine's
     checkpoint engine to this one's checkpointer before its block."""
 
-    def __init__(self, state, directory: Path, mode: str, saver: str | None = None):
+    def __init__(self, state, directory: Path, mode: str, saver: str | None = None,
+                 discard_saves: bool = False):
         from dataclasses import replace
 
         from ckpt.checkpointer import Checkpointer
@@ -56,7 +64,8 @@ class SavingTrainer:
         self.batches = TokenBatches(self.stage, self.engine.module.config.vocab_size, seed=1)
         self.tokens_per_step = self.batches.tokens * accumulation(self.engine)
         self.checkpointer = Checkpointer(self.engine, directory, self.stage.name, state.layout,
-                                         keep_last=2, options=self.options)
+                                         keep_last=2, options=self.options,
+                                         discard_saves=discard_saves)
         self.step = 0
 
     def activate(self) -> None:
@@ -75,20 +84,21 @@ class SavingTrainer:
 class Rounds:
     """The timed blocks of one every-step run, by kind: without saves, with saves (one
     kind per saver), with the bound's copy and write, with the I/O floor's write alone,
-    and with the commit floor's (bench.commit_floor); seconds, and the training thread's
-    CPU."""
+    with the commit floor's (bench.commit_floor), and with the saver process's worker side
+    alone when it is measured; seconds, and the training thread's CPU."""
 
     def __init__(self, trainers: dict[str, SavingTrainer], bound: RawWriteEveryStep,
                  floor: RawWriteEveryStep, commit_floor: CommitFloorEveryStep,
-                 steps_per_block: int):
+                 steps_per_block: int, worker_side: SavingTrainer | None = None):
         self.trainers, self.bound, self.floor = trainers, bound, floor
-        self.commit_floor = commit_floor
+        self.commit_floor, self.worker_side = commit_floor, worker_side
         self.steps = steps_per_block
         self.first = next(iter(trainers.values()))
         self.without: list[float] = []
         self.with_bound: list[float] = []
         self.with_floor: list[float] = []
         self.with_commit_floor: list[float] = []
+        self.with_worker_side: list[float] = []
         self.with_saves: dict[str, list[float]] = {saver: [] for saver in trainers}
         self.cpu = {"without": [], **{saver: [] for saver in trainers}}
 
@@ -96,7 +106,8 @@ class Rounds:
         return [self.block_without, *(partial(self.block_with, saver) for saver in self.trainers),
                 partial(self.block_raw, self.bound, self.with_bound),
                 partial(self.block_raw, self.floor, self.with_floor),
-                partial(self.block_raw, self.commit_floor, self.with_commit_floor)]
+                partial(self.block_raw, self.commit_floor, self.with_commit_floor),
+                *([self.block_worker_side] if self.worker_side is not None else [])]
 
     def block_without(self) -> None:
         self.without.append(_timed(self.first.train, self.steps, self.cpu["without"]))
@@ -106,6 +117,11 @@ class Rounds:
         trainer.activate()
         self.with_saves[saver].append(_timed(trainer.train_and_save, self.steps, self.cpu[saver]))
         trainer.checkpointer.drain()
+
+    def block_worker_side(self) -> None:
+        self.worker_side.activate()
+        self.with_worker_side.append(_timed(self.worker_side.train_and_save, self.steps))
+        self.worker_side.checkpointer.drain()
 
     def block_raw(self, raw: RawWriteEveryStep, seconds: list[float]) -> None:
         """A block of the bound's kind or the floor's: `raw` written after every step."""
@@ -123,7 +139,9 @@ class Rounds:
         return (f"{self.steps / self.without[-1]:.3g} steps/s without saves, {rates}, "
                 f"{self.steps / self.with_bound[-1]:.3g} with the bound's write, "
                 f"{self.steps / self.with_floor[-1]:.3g} with the I/O floor's, "
-                f"{self.steps / self.with_commit_floor[-1]:.3g} with the commit floor's")
+                f"{self.steps / self.with_commit_floor[-1]:.3g} with the commit floor's"
+                + (f", {self.steps / self.with_worker_side[-1]:.3g} with the saver process's "
+                   "worker side" if self.with_worker_side else ""))
 
 
 def run_every_step(state, directory: Path, mode: str, steps_per_block: int, blocks: int,
@@ -140,13 +158,14 @@ def run_every_step(state, directory: Path, mode: str, steps_per_block: int, bloc
     floor = RawWriteEveryStep(state, directory, copy=False)
     closeables = [bound, floor, *(t.checkpointer for t in trainers.values())]
     try:
+        worker_side = _worker_side(state, directory, mode, savers, closeables)
         with stdout_to_stderr():
-            for trainer in trainers.values():  # warm-up: the first save allocates the staging
+            for trainer in [*trainers.values(), *([worker_side] if worker_side else [])]:  # warm-up: the first save allocates the staging
                 trainer.activate()  # buffers (and starts the saver process)
                 trainer.train_and_save(1)
                 trainer.checkpointer.drain()
         commit_floor = _commit_floor(state, directory, trainers, closeables)
-        rounds = Rounds(trainers, bound, floor, commit_floor, steps_per_block)
+        rounds = Rounds(trainers, bound, floor, commit_floor, steps_per_block, worker_side)
         kinds = rounds.kinds()
         for index in range(blocks):
             with stdout_to_stderr():
@@ -174,6 +193,19 @@ def _commit_floor(state, directory: Path, trainers: dict[str, SavingTrainer],
     commit_floor = CommitFloorEveryStep(state, directory, template, first.checkpointer.keep_last)
     closeables.append(commit_floor)
     return commit_floor
+
+
+def _worker_side(state, directory: Path, mode: str, savers: tuple[str, ...],
+                 closeables: list) -> SavingTrainer | None:
+    """A process saver's trainer whose saver drops every save; None without the process
+    saver. Added to `closeables` at once, so that a failed run closes it too."""
+    if mode != "async" or "process" not in savers:
+        return None
+    with stdout_to_stderr():
+        trainer = SavingTrainer(state, directory / "worker_side", mode, "process",
+                                discard_saves=True)
+    closeables.append(trainer.checkpointer)
+    return trainer
 
 
 def summary(trainer: SavingTrainer, state, rounds: Rounds, saver: str) -> dict:
@@ -206,6 +238,10 @@ def summary(trainer: SavingTrainer, state, rounds: Rounds, saver: str) -> dict:
         # Baton's files committed as baton commits, nothing computed (bench.commit_floor):
         # what the contract's durability costs whatever the checkpointer computes.
         **_versus("commit_floor", rounds.with_commit_floor, without, steps),
+        # The saver process's saves handed over and dropped: the training process's share
+        # of what the process saver costs (the rest is the saver's own work beside it).
+        **(_versus("worker_side", rounds.with_worker_side, without, steps)
+           if saver == "process" and rounds.with_worker_side else {}),
         "step_s_median": statistics.median(without) / steps_per_block,
         "save_stall_s_median": statistics.median(s["stall_s"] for s in stats),
         "save_slot_wait_s_median": statistics.median(s["slot_wait_s"] for s in stats),

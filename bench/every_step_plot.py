@@ -1,5 +1,6 @@
 """The PNG's every-step panel: the default model's throughput with a save every step, by
-saver, beside the bound, the I/O floor and the commit floor, each with its 95% interval
+saver (and the saver process's worker side alone), beside the bound, the I/O floor and
+the commit floor, each with its 95% interval
 over rounds, against the issue's 3% line. Where the floors' bars end left of the line,
 no checkpoint that writes these bytes durably (or keeps the contract) every step can
 reach it on that machine."""
@@ -21,6 +22,9 @@ def every_step_rows(every_step: dict) -> list[tuple[str, float, list[float]]]:
         return []
     rows = [(f"saver {run['saver']}", run["throughput_ratio"], run["throughput_ratio_ci95"])
             for run in runs.values()]
+    rows += [("saver process, worker side only (saves dropped)",
+              run["worker_side_throughput_ratio"], run["worker_side_throughput_ratio_ci95"])
+             for run in runs.values() if "worker_side_throughput_ratio" in run]
     first = runs["default_model"]
     rows += [(label, first[f"{kind}_throughput_ratio"], first[f"{kind}_throughput_ratio_ci95"])
              for kind, label in REFERENCES if f"{kind}_throughput_ratio" in first]

@@ -108,8 +108,18 @@ def every_step_lines(every: dict) -> list[str]:
             f"floor {run['floor_block_ratio_median']:.3f}×, commit floor "
             f"{run['commit_floor_block_ratio_median']:.3f}×); with saves against the bound's "
             f"blocks {run['throughput_ratio_vs_bound']:.3f}× "
-            f"({_interval(run['throughput_ratio_vs_bound_ci95'])})")
+            f"({_interval(run['throughput_ratio_vs_bound_ci95'])})" + _worker_side(run))
     return lines
+
+
+def _worker_side(run: dict) -> str:
+    """The saver process's worker side alone (bench.every_step), where it was measured."""
+    if "worker_side_throughput_ratio" not in run:
+        return ""
+    return (f"; the worker side alone (saves handed to a saver process that drops them): "
+            f"{run['worker_side_throughput_ratio']:.3f}× "
+            f"({_interval(run['worker_side_throughput_ratio_ci95'])}), median round "
+            f"{run['worker_side_block_ratio_median']:.3f}×")
 
 
 def sweep_table(sweep: dict) -> Table | None:

@@ -113,7 +113,8 @@ class Destination:
 class Checkpointer:
     def __init__(self, engine, root: Path, stage: str, parallel: dict, keep_last: int,
                  crash_in_save_at_step: int = -1, fail_write_at_step: int = -1,
-                 options: SaveOptions | None = None, node: NodeGroup | None = None):
+                 options: SaveOptions | None = None, node: NodeGroup | None = None,
+                 discard_saves: bool = False):
         self.engine, self.root, self.stage = engine, Path(root), stage
         self.parallel, self.keep_last = parallel, keep_last  # the manifest's `parallel`
         self.layout = Layout.from_dict(parallel)
@@ -122,6 +123,9 @@ class Checkpointer:
         self.lazy = (self.asynchronous and self.options.snapshot == "lazy"
                      and lazy_copies_are_safe(engine))
         self.in_process = self.asynchronous and self.options.saver == "process"
+        faults = Faults(crash_in_save_at_step, fail_write_at_step, discard_saves)
+        if discard_saves and not self.in_process:  # only the saver process drops saves
+            raise ValueError("discard_saves needs ckpt.mode=async and ckpt.saver=process")
         self.pool = (StagingPool(self.options.max_in_flight, lazy=self.lazy,
                                  shared=SharedBuffers() if self.in_process else None)
                      if self.asynchronous else None)
@@ -147,7 +151,7 @@ class Checkpointer:
         alg = content_hash.choose(self.options.hash, signed=signing.key_env() is not None)
         self.hashing = content_hash.scheme(self.options.chunk_bytes, alg)
         self.runner = SaveRunner(self.writer, self.root, keep_last, group, self.rank, self.world,
-                                 Faults(crash_in_save_at_step, fail_write_at_step), self.hashing,
+                                 faults, self.hashing,
                                  self.options.hash_threads, self.options.direct,
                                  release_slot=self.pool.release if self.pool else None)
         self._committed: list[tuple[SaveJob, Path, float]] = []
@@ -156,7 +160,7 @@ class Checkpointer:
         self._reported = 0
         self.background = None
         if self.in_process:
-            settings = saver_settings(self, Faults(crash_in_save_at_step, fail_write_at_step))
+            settings = saver_settings(self, faults)
             self.background = ProcessSaver(settings, self.pool.shared, self.pool.release,
                                            self._record, self.rank)
         elif self.asynchronous:

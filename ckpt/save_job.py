@@ -134,6 +134,10 @@ class Faults:
 
     crash_at: int = -1
     fail_write_at: int = -1
+    discard_saves: bool = False
+    """The saver process drops every save it is handed: nothing is written or committed.
+    Only for `baton bench ckpt`'s worker-side block (bench.every_step), which measures
+    what handing saves over costs the training process without the saver's own work."""
 
 
 def failure_of(exc: BaseException, rank: int) -> dict:

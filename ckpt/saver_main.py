@@ -126,7 +126,7 @@ def serve(conn: Connection) -> None:
         job = SaveJob(step=described["step"], tmp=described["tmp"], files=files,
                       build_manifest=described["recipe"], slot=RemoteSlot(ident),
                       keep=described["keep"], node=described["node"])
-        if failed:
+        if failed or runner.faults.discard_saves:  # (the bench's worker-side block)
             shutil.rmtree(job.tmp, ignore_errors=True)
             conn.send(("skipped", ident))
             continue

@@ -128,6 +128,9 @@ def test_loads_and_checkpoint_every_step_are_measured(bench):
     for run in runs:  # shared blocks without saves and with the bound; its own with saves
         _every_step_is_measured(run)
         assert run["blocks"] == 4 == result["settings"]["every_step_blocks"]
+    # The saver process's worker side (its saves dropped): measured once, for that saver only.
+    assert "worker_side_throughput_ratio" not in runs[0]
+    _kind_is_measured(runs[1], "worker_side")
     assert result["every_step"]["large_model"] == {"skipped": "--quick"}
     [point] = result["sweep"]["points"]
     assert point["methods"] == result["methods"] and point["bounds"] == result["bounds"]
@@ -151,13 +154,17 @@ def _every_step_is_measured(run: dict) -> None:
     assert low <= run["throughput_ratio_vs_bound"] <= high
     # memcpy + write + fsync; the write + fsync alone; the bound's bytes committed as baton's files
     for kind in ("bound", "floor", "commit_floor"):
-        assert positive(run[f"steps_per_s_with_{kind}"])
-        assert run[f"{kind}_throughput_ratio"] == pytest.approx(
-            run[f"steps_per_s_with_{kind}"] / run["steps_per_s_without_saves"], rel=1e-12)
-        assert len(run[f"{kind}_block_ratios"]) == run["blocks"]
-        assert run[f"{kind}_block_ratio_median"] == statistics.median(run[f"{kind}_block_ratios"])
-        low, high = run[f"{kind}_throughput_ratio_ci95"]
-        assert low <= run[f"{kind}_throughput_ratio"] <= high
+        _kind_is_measured(run, kind)
+
+
+def _kind_is_measured(run: dict, kind: str) -> None:
+    assert positive(run[f"steps_per_s_with_{kind}"])
+    assert run[f"{kind}_throughput_ratio"] == pytest.approx(
+        run[f"steps_per_s_with_{kind}"] / run["steps_per_s_without_saves"], rel=1e-12)
+    assert len(run[f"{kind}_block_ratios"]) == run["blocks"]
+    assert run[f"{kind}_block_ratio_median"] == statistics.median(run[f"{kind}_block_ratios"])
+    low, high = run[f"{kind}_throughput_ratio_ci95"]
+    assert low <= run[f"{kind}_throughput_ratio"] <= high
 
 
 @pytest.mark.slow

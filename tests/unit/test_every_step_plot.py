@@ -1,5 +1,6 @@
-"""The every-step panel's rows: one per saver, then the bound and both floors, each ratio
-with its own interval; none where the run measured no default model."""
+"""The every-step panel's rows: one per saver, the saver process's worker side where it was
+measured, then the bound and both floors, each ratio with its own interval; none where
+the run measured no default model."""
 from __future__ import annotations
 
 from bench.every_step_plot import every_step_rows
@@ -28,3 +29,13 @@ def test_savers_first_then_the_bound_and_the_floors_of_the_shared_blocks():
 def test_no_rows_without_a_measured_default_model():
     assert every_step_rows({"default_model": {"skipped": "--quick"}}) == []
     assert every_step_rows({}) == []
+
+
+def test_the_saver_process_worker_side_follows_the_savers_where_measured():
+    process = {**run("process", 0.87), "worker_side_throughput_ratio": 0.93,
+               "worker_side_throughput_ratio_ci95": [0.91, 0.95]}
+    rows = every_step_rows({"default_model": run("thread", 0.78),
+                            "default_model_saver_process": process})
+    assert [label.split(",")[0].split(":")[0] for label, _, _ in rows] == [
+        "saver thread", "saver process", "saver process", "bound", "I/O floor", "commit floor"]
+    assert "worker side" in rows[2][0] and rows[2][1:] == (0.93, [0.91, 0.95])
