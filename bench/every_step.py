@@ -18,12 +18,12 @@ copy, writeback, and the second core they take), whatever the checkpoint does: w
 this ratio is below 0.97, no checkpoint that writes these bytes durably every step can
 cost 3% or less.
 
-With the saver process, a sixth kind measures its worker side: the same saves, handed to
-a saver process that drops them (ckpt.save_job.Faults.discard_saves). The save call, the
-staging copies, the sender's and the listener's work all run as in a real save; the
-saver's own work (structure, hashing, writes, the commit) does not. Against the process
-saver's blocks it splits what a save costs the step between the training process and the
-saver.
+A fifth kind is the commit floor (bench.commit_floor). With the saver process, a sixth
+kind measures its worker side: the same saves, handed to a saver process that drops them
+(ckpt.save_job.Faults.discard_saves). The save call, the staging copies, the sender's
+and the listener's work all run as in a real save; the saver's own work (structure,
+hashing, writes, the commit) does not. Against the process saver's blocks it splits
+what a save costs the step between the training process and the saver.
 """
 from __future__ import annotations
 
@@ -113,15 +113,17 @@ class Rounds:
         self.without.append(_timed(self.first.train, self.steps, self.cpu["without"]))
 
     def block_with(self, saver: str) -> None:
-        trainer = self.trainers[saver]
-        trainer.activate()
-        self.with_saves[saver].append(_timed(trainer.train_and_save, self.steps, self.cpu[saver]))
-        trainer.checkpointer.drain()
+        self._saving(self.trainers[saver], self.with_saves[saver], self.cpu[saver])
 
     def block_worker_side(self) -> None:
-        self.worker_side.activate()
-        self.with_worker_side.append(_timed(self.worker_side.train_and_save, self.steps))
-        self.worker_side.checkpointer.drain()
+        self._saving(self.worker_side, self.with_worker_side)
+
+    def _saving(self, trainer: SavingTrainer, seconds: list[float],
+                cpu: list[float] | None = None) -> None:
+        """A block with a save after every step by `trainer`, then its saves drained."""
+        trainer.activate()
+        seconds.append(_timed(trainer.train_and_save, self.steps, cpu))
+        trainer.checkpointer.drain()
 
     def block_raw(self, raw: RawWriteEveryStep, seconds: list[float]) -> None:
         """A block of the bound's kind or the floor's: `raw` written after every step."""
@@ -147,9 +149,9 @@ class Rounds:
 def run_every_step(state, directory: Path, mode: str, steps_per_block: int, blocks: int,
                    label: str, savers: tuple[str, ...] = SAVERS) -> dict[str, dict]:
     """{saver: summary}: blocks without saves, then one block with saves per saver, then
-    the bound's block, the I/O floor's and the commit floor's, in turn (every other round
-    in reverse), `blocks` times (async: one saver per ckpt.saver; sync has no saver, so one
-    kind of block with saves)."""
+    the bound's block, the I/O floor's, the commit floor's and (with the process saver) its
+    worker side's, in turn (every other round in reverse), `blocks` times (async: one saver
+    per ckpt.saver; sync has no saver, so one kind of block with saves)."""
     if mode != "async":
         savers = savers[:1]
     with stdout_to_stderr():
@@ -159,8 +161,9 @@ def run_every_step(state, directory: Path, mode: str, steps_per_block: int, bloc
     closeables = [bound, floor, *(t.checkpointer for t in trainers.values())]
     try:
         worker_side = _worker_side(state, directory, mode, savers, closeables)
+        warming = [*trainers.values(), *([worker_side] if worker_side is not None else [])]
         with stdout_to_stderr():
-            for trainer in [*trainers.values(), *([worker_side] if worker_side else [])]:  # warm-up: the first save allocates the staging
+            for trainer in warming:  # warm-up: the first save allocates the staging
                 trainer.activate()  # buffers (and starts the saver process)
                 trainer.train_and_save(1)
                 trainer.checkpointer.drain()

@@ -1,9 +1,8 @@
 """The PNG's every-step panel: the default model's throughput with a save every step, by
 saver (and the saver process's worker side alone), beside the bound, the I/O floor and
-the commit floor, each with its 95% interval
-over rounds, against the issue's 3% line. Where the floors' bars end left of the line,
-no checkpoint that writes these bytes durably (or keeps the contract) every step can
-reach it on that machine."""
+the commit floor, each with its 95% interval over rounds, against the issue's 3% line.
+Where the floors' bars end left of the line, no checkpoint that writes these bytes
+durably (or keeps the contract) every step can reach it on that machine."""
 from __future__ import annotations
 
 BAR = 0.97

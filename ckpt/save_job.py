@@ -130,7 +130,8 @@ class SaveJob:
 
 @dataclass
 class Faults:
-    """debug.crash_in_save_at_step / debug.fail_write_at_step (rank 0 only)."""
+    """debug.crash_in_save_at_step / debug.fail_write_at_step (rank 0 only), and the
+    bench's discard_saves (saver process only)."""
 
     crash_at: int = -1
     fail_write_at: int = -1
