@@ -147,11 +147,15 @@ class Rounds:
 
 
 def run_every_step(state, directory: Path, mode: str, steps_per_block: int, blocks: int,
-                   label: str, savers: tuple[str, ...] = SAVERS) -> dict[str, dict]:
+                   label: str, savers: tuple[str, ...] = SAVERS,
+                   worker_side: bool = False) -> dict[str, dict]:
     """{saver: summary}: blocks without saves, then one block with saves per saver, then
-    the bound's block, the I/O floor's, the commit floor's and (with the process saver) its
-    worker side's, in turn (every other round in reverse), `blocks` times (async: one saver
-    per ckpt.saver; sync has no saver, so one kind of block with saves)."""
+    the bound's block, the I/O floor's, the commit floor's and (`worker_side`, with the
+    process saver) its worker side's, in turn (every other round in reverse), `blocks`
+    times (async: one saver per ckpt.saver; sync has no saver, so one kind of block with
+    saves). Only the default model measures the worker side: the large model's few rounds
+    could not tell it from the full saver, and it would hold a third staging pool of the
+    large state."""
     if mode != "async":
         savers = savers[:1]
     with stdout_to_stderr():
@@ -160,15 +164,15 @@ def run_every_step(state, directory: Path, mode: str, steps_per_block: int, bloc
     floor = RawWriteEveryStep(state, directory, copy=False)
     closeables = [bound, floor, *(t.checkpointer for t in trainers.values())]
     try:
-        worker_side = _worker_side(state, directory, mode, savers, closeables)
-        warming = [*trainers.values(), *([worker_side] if worker_side is not None else [])]
+        side = _worker_side(state, directory, mode, savers, closeables) if worker_side else None
+        warming = [*trainers.values(), *([side] if side is not None else [])]
         with stdout_to_stderr():
             for trainer in warming:  # warm-up: the first save allocates the staging
                 trainer.activate()  # buffers (and starts the saver process)
                 trainer.train_and_save(1)
                 trainer.checkpointer.drain()
         commit_floor = _commit_floor(state, directory, trainers, closeables)
-        rounds = Rounds(trainers, bound, floor, commit_floor, steps_per_block, worker_side)
+        rounds = Rounds(trainers, bound, floor, commit_floor, steps_per_block, side)
         kinds = rounds.kinds()
         for index in range(blocks):
             with stdout_to_stderr():

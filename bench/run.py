@@ -129,6 +129,6 @@ def every_step_default_model(options: BenchOptions, workdir: Path) -> dict:
         steps, blocks = TINY_BLOCKS[options.quick]
         blocks = options.every_step_blocks or blocks
         return run_every_step(state, workdir / "every-step-default", state.cfg.ckpt.mode, steps,
-                              blocks, "default model")
+                              blocks, "default model", worker_side=True)
     finally:
         state.close()

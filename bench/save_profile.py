@@ -17,10 +17,15 @@ saver's own threads are not profiled). It prints:
 - then, in two more blocks without the profiler, the CPU per step of every thread of the
   training process (the training thread, the lazy copier, the saver thread or the saver
   process's sender and listener, gloo's) and of the saver process (bench.thread_cpu):
-  everything a save costs besides the I/O.
+  everything a save costs besides the I/O;
+- then, in interleaved blocks without the profiler (bench.save_parts), the step's own work
+  (wall and CPU of the training thread) without saves and with saves in flight, the
+  payload's construction, and the save call's parts timed by wrapping the calls: the
+  milliseconds to quote.
 
-cProfile slows Python-heavy code, so read the parts as shares of a save, not as costs to
-quote; `baton bench ckpt`'s every-step line is the throughput measurement. Why it exists:
+cProfile slows Python-heavy code, so read its parts as shares of a save, not as costs to
+quote (the unprofiled parts are those); `baton bench ckpt`'s every-step line is the
+throughput measurement. Why it exists:
 docs/async_checkpoints.md ("What a save costs the step") says from it what an every-step
 save still costs and what would remove it.
 """
@@ -41,6 +46,9 @@ SAVE_PARTS = {
     "DeepSpeed's save_checkpoint": ("engine.py", "save_checkpoint"),
     "baton's snapshot into staging (ckpt.snapshot)": ("snapshot.py", "snapshot"),
 }
+SPLIT_ROUNDS = 4
+"""Rounds of the unprofiled blocks (bench.save_parts.step_split): one without saves and
+one with a save after each per round, `--steps` steps each."""
 STEP_WORK = ("training.py", "train_steps")
 """bench.training.train_steps: forward, backward and optimizer step, without the save."""
 
@@ -80,6 +88,7 @@ def cpu_by_thread(trainer, steps: int) -> dict:
 
 def measure(steps: int, mode: str, overrides: list[str], saver: str = "thread") -> dict:
     from bench.console import progress, stdout_to_stderr
+    from bench.save_parts import step_split
     from bench.every_step import SavingTrainer
     from bench.state import build_state
 
@@ -107,6 +116,8 @@ def measure(steps: int, mode: str, overrides: list[str], saver: str = "thread") 
             background = [s["background_cpu_s"] for s in trainer.checkpointer.stats[2:]
                           if s["background_cpu_s"] is not None]
             cpu = cpu_by_thread(trainer, steps)
+            with stdout_to_stderr():
+                split = step_split(trainer, steps, SPLIT_ROUNDS)
         finally:
             with stdout_to_stderr():
                 trainer.checkpointer.close()
@@ -120,7 +131,7 @@ def measure(steps: int, mode: str, overrides: list[str], saver: str = "thread") 
             "step_work_s_with_saves": cumulative_s(with_saves, *STEP_WORK) / steps,
             "per_save_s": parts,
             "saver_cpu_s_per_save_median": statistics.median(background) if background else None,
-            "cpu_s_per_step": cpu}
+            "cpu_s_per_step": cpu, "unprofiled": split}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -154,6 +165,17 @@ def main(argv: list[str] | None = None) -> None:
         print(f"CPU per step {label}, no profiler: {threads}; child processes (the saver "
               f"process) {ms(cpu['children'])}, of which in the kernel "
               f"{ms(cpu['children_system'])}")
+    print_unprofiled(result["unprofiled"], ms)
+
+
+def print_unprofiled(split: dict, ms) -> None:
+    print(f"no profiler, {SPLIT_ROUNDS} interleaved rounds, medians: the step's own work "
+          f"{ms(split['step_s']['without'])} wall, {ms(split['step_cpu_s']['without'])} CPU "
+          f"without saves; {ms(split['step_s']['with'])} wall, {ms(split['step_cpu_s']['with'])} "
+          f"CPU with saves in flight; building the save's payload {ms(split['payload_s'])}")
+    for label, seconds in split["parts_s"].items():
+        print(f"per save, training thread, no profiler (median of {split['saves']}): "
+              f"{label}: {ms(seconds)}")
 
 
 if __name__ == "__main__":

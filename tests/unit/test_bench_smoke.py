@@ -136,6 +136,31 @@ def test_loads_and_checkpoint_every_step_are_measured(bench):
     assert point["methods"] == result["methods"] and point["bounds"] == result["bounds"]
 
 
+@pytest.mark.slow
+def test_the_printed_every_step_lines_say_what_the_json_says(bench):
+    """bench.report.every_step_lines: one line per run, its ratios as measured; the worker
+    side only on the saver process's line; the skipped large model says why."""
+    from bench.report import every_step_lines
+
+    proc, result, _ = bench
+    lines = {line.split(" (", 1)[0].split(": ", 1)[0]: line
+             for line in every_step_lines(result["every_step"])}
+    assert set(lines) == {f"checkpoint every step, {name}" for name in result["every_step"]}
+    assert lines["checkpoint every step, large_model"].endswith("skipped (--quick)")
+    for name in ("default_model", "default_model_saver_process"):
+        run, line = result["every_step"][name], lines[f"checkpoint every step, {name}"]
+        assert f"({run['mode']}, {run['saver']} saver, " in line
+        assert f": {run['throughput_ratio']:.3f}× the throughput without saves" in line
+        assert f"commit floor (baton's files, fsynced and committed, nothing computed): " \
+               f"{run['commit_floor_throughput_ratio']:.3f}×" in line
+        side = f"the worker side alone (saves handed to a saver process that drops them): "
+        if run["saver"] == "process":
+            assert f"{side}{run['worker_side_throughput_ratio']:.3f}×" in line
+        else:
+            assert side not in line
+        assert line[:80] in proc.stdout  # printed (rich wraps the rest of a long line)
+
+
 def _every_step_is_measured(run: dict) -> None:
     assert positive(run["steps_per_s_without_saves"]) and positive(run["steps_per_s_with_saves"])
     assert run["throughput_ratio"] == pytest.approx(

@@ -12,6 +12,8 @@ import pytest
 from tests.conftest import REPO
 
 PART = re.compile(r"^per save, training thread: (.+): ([0-9.]+) ms$", re.M)
+UNPROFILED_PART = re.compile(
+    r"^per save, training thread, no profiler \(median of (\d+)\): (.+): ([0-9.]+) ms$", re.M)
 
 
 def profile(*args: str) -> subprocess.CompletedProcess:
@@ -34,6 +36,22 @@ def test_the_parts_of_a_save_nest_as_the_calls_do():
     assert saver and float(saver.group(1)) > 0, proc.stdout
     steps = re.search(r"step: ([0-9.]+) ms without saves, ([0-9.]+) ms with a save", proc.stdout)
     assert steps and all(float(v) > 0 for v in steps.groups()), proc.stdout
+    # Timed again by wrapping the calls, no profiler: every save of the interleaved blocks.
+    found = UNPROFILED_PART.findall(proc.stdout)
+    assert {int(saves) for saves, _, _ in found} == {2 * 4}, proc.stdout  # --steps 2, 4 rounds
+    parts = {label: float(ms) for _, label, ms in found}
+    call, capture = parts["the save call (Checkpointer.save)"], parts["baton's capture (Checkpointer._capture)"]
+    deepspeed = parts["DeepSpeed's save_checkpoint"]
+    inside = [parts["in it, baton's staging of the state (BatonCheckpointEngine.save)"],
+              parts["in it, the module's state dict (module_state_dict)"],
+              parts["in it, the common state, the optimizer's included (_common_checkpoint_state)"]]
+    json_payloads = parts["baton's JSON payloads (BatonCheckpointEngine.save_json)"]
+    assert call >= capture >= deepspeed >= max(inside) and min(inside) > 0, parts
+    assert capture >= json_payloads > 0, parts
+    split = re.search(r"the step's own work ([0-9.]+) ms wall, ([0-9.]+) ms CPU without saves; "
+                      r"([0-9.]+) ms wall, ([0-9.]+) ms CPU with saves in flight; building the "
+                      r"save's payload ([0-9.]+) ms", proc.stdout)
+    assert split and all(float(v) > 0 for v in split.groups()), proc.stdout
 
 
 @pytest.mark.slow
