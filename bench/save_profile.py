@@ -1,8 +1,8 @@
 """Where an every-step save's time goes on the training thread, and what the saves in
 flight do to the step around them.
 
-    python -m bench.save_profile [--steps 40] [--mode async|sync] [--saver thread|process]
-                                 [overrides]
+    python -m bench.save_profile [--steps 40] [--rounds 4] [--mode async|sync]
+                                 [--saver thread|process] [overrides]
 
 The default model trains `--steps` optimizer steps without saves, then `--steps` with a
 baton save (`ckpt.mode`) after each, both under cProfile on the training thread (the
@@ -47,8 +47,10 @@ SAVE_PARTS = {
     "baton's snapshot into staging (ckpt.snapshot)": ("snapshot.py", "snapshot"),
 }
 SPLIT_ROUNDS = 4
-"""Rounds of the unprofiled blocks (bench.save_parts.step_split): one without saves and
-one with a save after each per round, `--steps` steps each."""
+"""Default rounds of the unprofiled blocks (bench.save_parts.step_split, `--rounds`): one
+without saves and one with a save after each per round, `--steps` steps each. A few rounds
+place the save call's parts; the step's own work with saves against without moves by more
+than the saves cost it on a noisy VM unless the rounds are many."""
 STEP_WORK = ("training.py", "train_steps")
 """bench.training.train_steps: forward, backward and optimizer step, without the save."""
 
@@ -86,7 +88,8 @@ def cpu_by_thread(trainer, steps: int) -> dict:
     return {"without_saves": without, "with_saves": CpuReading.now().since(before, steps)}
 
 
-def measure(steps: int, mode: str, overrides: list[str], saver: str = "thread") -> dict:
+def measure(steps: int, mode: str, overrides: list[str], saver: str = "thread",
+            rounds: int = SPLIT_ROUNDS) -> dict:
     from bench.console import progress, stdout_to_stderr
     from bench.save_parts import step_split
     from bench.every_step import SavingTrainer
@@ -117,7 +120,7 @@ def measure(steps: int, mode: str, overrides: list[str], saver: str = "thread") 
                           if s["background_cpu_s"] is not None]
             cpu = cpu_by_thread(trainer, steps)
             with stdout_to_stderr():
-                split = step_split(trainer, steps, SPLIT_ROUNDS)
+                split = step_split(trainer, steps, rounds)
         finally:
             with stdout_to_stderr():
                 trainer.checkpointer.close()
@@ -131,13 +134,15 @@ def measure(steps: int, mode: str, overrides: list[str], saver: str = "thread") 
             "step_work_s_with_saves": cumulative_s(with_saves, *STEP_WORK) / steps,
             "per_save_s": parts,
             "saver_cpu_s_per_save_median": statistics.median(background) if background else None,
-            "cpu_s_per_step": cpu, "unprofiled": split}
+            "cpu_s_per_step": cpu, "unprofiled": {**split, "rounds": rounds}}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.save_profile",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=40, help="optimizer steps per block")
+    parser.add_argument("--rounds", type=int, default=SPLIT_ROUNDS,
+                        help="interleaved rounds of the unprofiled blocks")
     parser.add_argument("--mode", choices=("async", "sync"), default="async")
     parser.add_argument("--saver", choices=("thread", "process"), default="thread",
                         help="ckpt.saver of the saves (async only)")
@@ -145,7 +150,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error(f"--steps must be at least 1 (got {args.steps})")
-    result = measure(args.steps, args.mode, args.overrides, args.saver)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1 (got {args.rounds})")
+    result = measure(args.steps, args.mode, args.overrides, args.saver, args.rounds)
     ms = lambda seconds: f"{seconds * 1e3:.2f} ms"  # noqa: E731
     print(f"default model, {result['steps']} steps per block, ckpt.mode={result['mode']}, "
           f"ckpt.saver={result['saver']}, under cProfile")
@@ -169,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def print_unprofiled(split: dict, ms) -> None:
-    print(f"no profiler, {SPLIT_ROUNDS} interleaved rounds, medians: the step's own work "
+    print(f"no profiler, {split['rounds']} interleaved rounds, medians: the step's own work "
           f"{ms(split['step_s']['without'])} wall, {ms(split['step_cpu_s']['without'])} CPU "
           f"without saves; {ms(split['step_s']['with'])} wall, {ms(split['step_cpu_s']['with'])} "
           f"CPU with saves in flight; building the save's payload {ms(split['payload_s'])}")

@@ -23,7 +23,7 @@ def profile(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_the_parts_of_a_save_nest_as_the_calls_do():
-    proc = profile("--steps", "2")
+    proc = profile("--steps", "2", "--rounds", "3")
     assert proc.returncode == 0, proc.stderr[-3000:]
     parts = {label: float(ms) for label, ms in PART.findall(proc.stdout)}
     call, capture = parts["the save call (Checkpointer.save)"], parts["baton's capture (Checkpointer._capture)"]
@@ -38,7 +38,8 @@ def test_the_parts_of_a_save_nest_as_the_calls_do():
     assert steps and all(float(v) > 0 for v in steps.groups()), proc.stdout
     # Timed again by wrapping the calls, no profiler: every save of the interleaved blocks.
     found = UNPROFILED_PART.findall(proc.stdout)
-    assert {int(saves) for saves, _, _ in found} == {2 * 4}, proc.stdout  # --steps 2, 4 rounds
+    assert {int(saves) for saves, _, _ in found} == {2 * 3}, proc.stdout  # --steps 2, 3 rounds
+    assert "no profiler, 3 interleaved rounds, medians" in proc.stdout
     parts = {label: float(ms) for _, label, ms in found}
     call, capture = parts["the save call (Checkpointer.save)"], parts["baton's capture (Checkpointer._capture)"]
     deepspeed = parts["DeepSpeed's save_checkpoint"]
@@ -77,7 +78,8 @@ def _cpu_line(line: str) -> dict:
     return {**found, "saver": float(total), "kernel": float(kernel)}
 
 
-def test_a_bad_flag_is_refused_without_a_traceback():
-    proc = profile("--steps", "0")
+@pytest.mark.parametrize("flag", ["--steps", "--rounds"])
+def test_a_bad_flag_is_refused_without_a_traceback(flag):
+    proc = profile(flag, "0")
     assert proc.returncode == 2
-    assert "Traceback" not in proc.stderr and "--steps must be at least 1" in proc.stderr
+    assert "Traceback" not in proc.stderr and f"{flag} must be at least 1 (got 0)" in proc.stderr
