@@ -91,8 +91,8 @@ def cpu_by_thread(trainer, steps: int) -> dict:
 def measure(steps: int, mode: str, overrides: list[str], saver: str = "thread",
             rounds: int = SPLIT_ROUNDS) -> dict:
     from bench.console import progress, stdout_to_stderr
-    from bench.save_parts import step_split
     from bench.every_step import SavingTrainer
+    from bench.save_parts import step_split
     from bench.state import build_state
 
     workdir = Path(tempfile.mkdtemp(prefix="baton-save-profile-"))

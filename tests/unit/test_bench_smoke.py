@@ -153,7 +153,7 @@ def test_the_printed_every_step_lines_say_what_the_json_says(bench):
         assert f": {run['throughput_ratio']:.3f}× the throughput without saves" in line
         assert f"commit floor (baton's files, fsynced and committed, nothing computed): " \
                f"{run['commit_floor_throughput_ratio']:.3f}×" in line
-        side = f"the worker side alone (saves handed to a saver process that drops them): "
+        side = "the worker side alone (saves handed to a saver process that drops them): "
         if run["saver"] == "process":
             assert f"{side}{run['worker_side_throughput_ratio']:.3f}×" in line
         else:
