@@ -134,7 +134,7 @@ def measure(steps: int, mode: str, overrides: list[str], saver: str = "thread",
             "step_work_s_with_saves": cumulative_s(with_saves, *STEP_WORK) / steps,
             "per_save_s": parts,
             "saver_cpu_s_per_save_median": statistics.median(background) if background else None,
-            "cpu_s_per_step": cpu, "unprofiled": {**split, "rounds": rounds}}
+            "cpu_s_per_step": cpu, "unprofiled": split}
 
 
 def main(argv: list[str] | None = None) -> None:
