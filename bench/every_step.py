@@ -18,8 +18,10 @@ copy, writeback, and the second core they take), whatever the checkpoint does: w
 this ratio is below 0.97, no checkpoint that writes these bytes durably every step can
 cost 3% or less.
 
-A fifth kind is the commit floor (bench.commit_floor). With the saver process, a sixth
-kind measures its worker side: the same saves, handed to a saver process that drops them
+A fifth kind is the commit floor (bench.commit_floor), a sixth the DeepSpeed floor
+(bench.deepspeed_floor: the commit floor plus DeepSpeed's `save_checkpoint` into an engine
+that keeps nothing, and the payload). With the saver process, a seventh kind measures its
+worker side: the same saves, handed to a saver process that drops them
 (ckpt.save_job.Faults.discard_saves). The save call, the staging copies, the sender's
 and the listener's work all run as in a real save; the saver's own work (structure,
 hashing, writes, the commit) does not. Against the process saver's blocks it splits
@@ -35,6 +37,7 @@ from pathlib import Path
 
 from bench.bootstrap import ratio_interval
 from bench.commit_floor import CommitFloorEveryStep
+from bench.deepspeed_floor import DeepSpeedFloorEveryStep
 from bench.console import progress, stdout_to_stderr
 from bench.methods.baton_checkpointer import payload, save_options
 from bench.raw_every_step import RawWriteEveryStep
@@ -84,20 +87,24 @@ class SavingTrainer:
 class Rounds:
     """The timed blocks of one every-step run, by kind: without saves, with saves (one
     kind per saver), with the bound's copy and write, with the I/O floor's write alone,
-    with the commit floor's (bench.commit_floor), and with the saver process's worker side
-    alone when it is measured; seconds, and the training thread's CPU."""
+    with the commit floor's (bench.commit_floor), with the DeepSpeed floor's
+    (bench.deepspeed_floor), and with the saver process's worker side alone when it is
+    measured; seconds, and the training thread's CPU."""
 
     def __init__(self, trainers: dict[str, SavingTrainer], bound: RawWriteEveryStep,
                  floor: RawWriteEveryStep, commit_floor: CommitFloorEveryStep,
                  steps_per_block: int, worker_side: SavingTrainer | None = None):
         self.trainers, self.bound, self.floor = trainers, bound, floor
         self.commit_floor, self.worker_side = commit_floor, worker_side
-        self.steps = steps_per_block
         self.first = next(iter(trainers.values()))
+        self.deepspeed_floor = DeepSpeedFloorEveryStep(
+            self.first.engine, commit_floor, commit_floor.home, self.first.tokens_per_step)
+        self.steps = steps_per_block
         self.without: list[float] = []
         self.with_bound: list[float] = []
         self.with_floor: list[float] = []
         self.with_commit_floor: list[float] = []
+        self.with_deepspeed_floor: list[float] = []
         self.with_worker_side: list[float] = []
         self.with_saves: dict[str, list[float]] = {saver: [] for saver in trainers}
         self.cpu = {"without": [], **{saver: [] for saver in trainers}}
@@ -107,6 +114,7 @@ class Rounds:
                 partial(self.block_raw, self.bound, self.with_bound),
                 partial(self.block_raw, self.floor, self.with_floor),
                 partial(self.block_raw, self.commit_floor, self.with_commit_floor),
+                partial(self.block_raw, self.deepspeed_floor, self.with_deepspeed_floor),
                 *([self.block_worker_side] if self.worker_side is not None else [])]
 
     def block_without(self) -> None:
@@ -125,12 +133,12 @@ class Rounds:
         seconds.append(_timed(trainer.train_and_save, self.steps, cpu))
         trainer.checkpointer.drain()
 
-    def block_raw(self, raw: RawWriteEveryStep, seconds: list[float]) -> None:
-        """A block of the bound's kind or the floor's: `raw` written after every step."""
+    def block_raw(self, raw, seconds: list[float]) -> None:
+        """A block of the bound's kind or a floor's: `raw.save()` after every step."""
         seconds.append(_timed(partial(self._train_and_write, raw), self.steps))
         raw.drain()
 
-    def _train_and_write(self, raw: RawWriteEveryStep, steps: int) -> None:
+    def _train_and_write(self, raw, steps: int) -> None:
         for _ in range(steps):
             self.first.train(1)
             raw.save()
@@ -141,7 +149,8 @@ class Rounds:
         return (f"{self.steps / self.without[-1]:.3g} steps/s without saves, {rates}, "
                 f"{self.steps / self.with_bound[-1]:.3g} with the bound's write, "
                 f"{self.steps / self.with_floor[-1]:.3g} with the I/O floor's, "
-                f"{self.steps / self.with_commit_floor[-1]:.3g} with the commit floor's"
+                f"{self.steps / self.with_commit_floor[-1]:.3g} with the commit floor's, "
+                f"{self.steps / self.with_deepspeed_floor[-1]:.3g} with the DeepSpeed floor's"
                 + (f", {self.steps / self.with_worker_side[-1]:.3g} with the saver process's "
                    "worker side" if self.with_worker_side else ""))
 
@@ -245,6 +254,17 @@ def summary(trainer: SavingTrainer, state, rounds: Rounds, saver: str) -> dict:
         # Baton's files committed as baton commits, nothing computed (bench.commit_floor):
         # what the contract's durability costs whatever the checkpointer computes.
         **_versus("commit_floor", rounds.with_commit_floor, without, steps),
+        # The commit floor plus DeepSpeed's save_checkpoint (into an engine that keeps
+        # nothing) and the payload: the least any save through DeepSpeed can cost here.
+        **_versus("deepspeed_floor", rounds.with_deepspeed_floor, without, steps),
+        "deepspeed_floor_files_per_save": rounds.deepspeed_floor.discarding.files
+        / max(1, rounds.deepspeed_floor.saves),
+        # Its save_checkpoint and payload alone, on the training thread: the step's critical
+        # path, so this share of a step is a floor of its own for any save through DeepSpeed.
+        "deepspeed_floor_call_s_min": min(rounds.deepspeed_floor.call_s),
+        "deepspeed_floor_call_s_median": statistics.median(rounds.deepspeed_floor.call_s),
+        "deepspeed_floor_call_share_of_step": statistics.median(rounds.deepspeed_floor.call_s)
+        / (statistics.median(without) / steps_per_block),
         # The saver process's saves handed over and dropped: the training process's share
         # of what the process saver costs (the rest is the saver's own work beside it).
         **(_versus("worker_side", rounds.with_worker_side, without, steps)

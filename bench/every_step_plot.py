@@ -1,15 +1,17 @@
 """The PNG's every-step panel: the default model's throughput with a save every step, by
 saver (and the saver process's worker side alone), beside the bound, the I/O floor and
-the commit floor, each with its 95% interval over rounds, against the issue's 3% line.
-Where the floors' bars end left of the line, no checkpoint that writes these bytes
-durably (or keeps the contract) every step can reach it on that machine."""
+the commit floor and the DeepSpeed floor, each with its 95% interval over rounds, against
+the issue's 3% line. Where the floors' bars end left of the line, no checkpoint that writes
+these bytes durably (or keeps the contract, or saves through DeepSpeed's save_checkpoint)
+every step can reach it on that machine."""
 from __future__ import annotations
 
 BAR = 0.97
 """Checkpointing every step may cost at most 3% of throughput."""
 
 REFERENCES = (("bound", "bound: memcpy + write + fsync"), ("floor", "I/O floor: write + fsync"),
-              ("commit_floor", "commit floor: baton's files committed, nothing computed"))
+              ("commit_floor", "commit floor: baton's files committed, nothing computed"),
+              ("deepspeed_floor", "DeepSpeed floor: commit floor + DeepSpeed's save_checkpoint"))
 
 
 def every_step_rows(every_step: dict) -> list[tuple[str, float, list[float]]]:

@@ -103,10 +103,16 @@ def every_step_lines(every: dict) -> list[str]:
             f"({_interval(run['floor_throughput_ratio_ci95'])}); the commit floor (baton's "
             f"files, fsynced and committed, nothing computed): "
             f"{run['commit_floor_throughput_ratio']:.3f}× "
-            f"({_interval(run['commit_floor_throughput_ratio_ci95'])}); median of {run['blocks']} "
+            f"({_interval(run['commit_floor_throughput_ratio_ci95'])}); the DeepSpeed floor (the "
+            f"commit floor after DeepSpeed's save_checkpoint into an engine that keeps nothing, "
+            f"and the payload): {run['deepspeed_floor_throughput_ratio']:.3f}× "
+            f"({_interval(run['deepspeed_floor_throughput_ratio_ci95'])}), its save_checkpoint and "
+            f"payload {run['deepspeed_floor_call_s_median'] * 1e3:.3g} ms a save on the training "
+            f"thread, {run['deepspeed_floor_call_share_of_step']:.1%} of a step; median of {run['blocks']} "
             f"rounds {run['block_ratio_median']:.3f}× (bound {run['bound_block_ratio_median']:.3f}×, "
             f"floor {run['floor_block_ratio_median']:.3f}×, commit floor "
-            f"{run['commit_floor_block_ratio_median']:.3f}×); with saves against the bound's "
+            f"{run['commit_floor_block_ratio_median']:.3f}×, DeepSpeed floor "
+            f"{run['deepspeed_floor_block_ratio_median']:.3f}×); with saves against the bound's "
             f"blocks {run['throughput_ratio_vs_bound']:.3f}× "
             f"({_interval(run['throughput_ratio_vs_bound_ci95'])})" + _worker_side(run))
     return lines

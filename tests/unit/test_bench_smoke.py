@@ -123,7 +123,8 @@ def test_loads_and_checkpoint_every_step_are_measured(bench):
     runs = [result["every_step"]["default_model"], result["every_step"]["default_model_saver_process"]]
     assert [run["saver"] for run in runs] == ["thread", "process"]
     assert runs[0]["steps_per_s_without_saves"] == runs[1]["steps_per_s_without_saves"]
-    for kind in ("bound", "floor", "commit_floor"):  # the same blocks, once for both savers
+    for kind in ("bound", "floor", "commit_floor", "deepspeed_floor"):  # the same blocks,
+        # once for both savers
         assert runs[0][f"{kind}_block_ratios"] == runs[1][f"{kind}_block_ratios"]
     for run in runs:  # shared blocks without saves and with the bound; its own with saves
         _every_step_is_measured(run)
@@ -153,6 +154,9 @@ def test_the_printed_every_step_lines_say_what_the_json_says(bench):
         assert f": {run['throughput_ratio']:.3f}× the throughput without saves" in line
         assert f"commit floor (baton's files, fsynced and committed, nothing computed): " \
                f"{run['commit_floor_throughput_ratio']:.3f}×" in line
+        assert f"the DeepSpeed floor (the commit floor after DeepSpeed's save_checkpoint into " \
+               f"an engine that keeps nothing, and the payload): " \
+               f"{run['deepspeed_floor_throughput_ratio']:.3f}×" in line
         side = "the worker side alone (saves handed to a saver process that drops them): "
         if run["saver"] == "process":
             assert f"{side}{run['worker_side_throughput_ratio']:.3f}×" in line
@@ -177,9 +181,14 @@ def _every_step_is_measured(run: dict) -> None:
         run["steps_per_s_with_saves"] / run["steps_per_s_with_bound"], rel=1e-12)
     low, high = run["throughput_ratio_vs_bound_ci95"]
     assert low <= run["throughput_ratio_vs_bound"] <= high
-    # memcpy + write + fsync; the write + fsync alone; the bound's bytes committed as baton's files
-    for kind in ("bound", "floor", "commit_floor"):
+    # memcpy + write + fsync; the write + fsync alone; the bound's bytes committed as baton's
+    # files; the same after DeepSpeed's save_checkpoint into an engine that keeps nothing
+    for kind in ("bound", "floor", "commit_floor", "deepspeed_floor"):
         _kind_is_measured(run, kind)
+    assert run["deepspeed_floor_files_per_save"] >= 1  # DeepSpeed did hand its files over
+    assert 0 < run["deepspeed_floor_call_s_min"] <= run["deepspeed_floor_call_s_median"]
+    assert run["deepspeed_floor_call_share_of_step"] == pytest.approx(
+        run["deepspeed_floor_call_s_median"] / run["step_s_median"], rel=1e-12)
 
 
 def _kind_is_measured(run: dict, kind: str) -> None:
