@@ -56,11 +56,12 @@ class DiscardingEngine(CheckpointEngine):
 class DeepSpeedFloorEveryStep:
     """After each step: DeepSpeed's `save_checkpoint` into a `DiscardingEngine`, the
     payload built, then `commit_floor.save()`. `drain` as the commit floor's; the commit
-    floor is closed by its owner."""
+    floor is closed by its owner (and removes this floor's directory, inside its own)."""
 
-    def __init__(self, engine, commit_floor, directory: Path, tokens_per_step: int):
-        self.engine, self.commit_floor = engine, commit_floor
-        self.directory, self.tokens_per_step = Path(directory) / "deepspeed-floor", tokens_per_step
+    def __init__(self, engine, commit_floor, tokens_per_step: int):
+        self.engine, self.commit_floor, self.tokens_per_step = engine, commit_floor, tokens_per_step
+        self.directory = str(Path(commit_floor.home) / "deepspeed-floor")
+        self.world = dist.get_world_size()  # read once, as the Checkpointer does: not timed
         self.discarding = DiscardingEngine()
         self.saves = 0
         self.call_s: list[float] = []
@@ -70,8 +71,8 @@ class DeepSpeedFloorEveryStep:
         started = time.perf_counter()
         previous, self.engine.checkpoint_engine = self.engine.checkpoint_engine, self.discarding
         try:
-            with barriers_skipped(dist.get_world_size()):
-                self.engine.save_checkpoint(str(self.directory), tag=f"step{self.saves}",
+            with barriers_skipped(self.world):
+                self.engine.save_checkpoint(self.directory, tag=f"step{self.saves}",
                                             save_latest=False)
         finally:
             self.engine.checkpoint_engine = previous

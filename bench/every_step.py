@@ -97,8 +97,8 @@ class Rounds:
         self.trainers, self.bound, self.floor = trainers, bound, floor
         self.commit_floor, self.worker_side = commit_floor, worker_side
         self.first = next(iter(trainers.values()))
-        self.deepspeed_floor = DeepSpeedFloorEveryStep(
-            self.first.engine, commit_floor, commit_floor.home, self.first.tokens_per_step)
+        self.deepspeed_floor = DeepSpeedFloorEveryStep(self.first.engine, commit_floor,
+                                                       self.first.tokens_per_step)
         self.steps = steps_per_block
         self.without: list[float] = []
         self.with_bound: list[float] = []
@@ -229,6 +229,8 @@ def summary(trainer: SavingTrainer, state, rounds: Rounds, saver: str) -> dict:
     steps_per_block, without = rounds.steps, rounds.without
     with_saves, cpu = rounds.with_saves[saver], rounds.cpu
     steps = steps_per_block * len(without)
+    step_s = statistics.median(without) / steps_per_block
+    call_s = statistics.median(rounds.deepspeed_floor.call_s)
     return {
         "mode": trainer.options.mode, "saver": trainer.options.saver,
         "writer": trainer.options.writer, "params": state.params(),
@@ -262,14 +264,13 @@ def summary(trainer: SavingTrainer, state, rounds: Rounds, saver: str) -> dict:
         # Its save_checkpoint and payload alone, on the training thread: the step's critical
         # path, so this share of a step is a floor of its own for any save through DeepSpeed.
         "deepspeed_floor_call_s_min": min(rounds.deepspeed_floor.call_s),
-        "deepspeed_floor_call_s_median": statistics.median(rounds.deepspeed_floor.call_s),
-        "deepspeed_floor_call_share_of_step": statistics.median(rounds.deepspeed_floor.call_s)
-        / (statistics.median(without) / steps_per_block),
+        "deepspeed_floor_call_s_median": call_s,
+        "deepspeed_floor_call_share_of_step": call_s / step_s,
         # The saver process's saves handed over and dropped: the training process's share
         # of what the process saver costs (the rest is the saver's own work beside it).
         **(_versus("worker_side", rounds.with_worker_side, without, steps)
            if saver == "process" and rounds.with_worker_side else {}),
-        "step_s_median": statistics.median(without) / steps_per_block,
+        "step_s_median": step_s,
         "save_stall_s_median": statistics.median(s["stall_s"] for s in stats),
         "save_slot_wait_s_median": statistics.median(s["slot_wait_s"] for s in stats),
         "save_durable_s_median": statistics.median(s["durable_s"] for s in stats),
