@@ -9,19 +9,36 @@ ARGS ?=
 # fixtures stay single); JOBS=0 runs them in this process.
 JOBS ?= 2
 
-.PHONY: install run test clean
+.PHONY: install native-deps run test clean
 
 install: $(STAMP)
+
+# The native checkpoint writer (csrc/) needs a C++ compiler and the headers of OpenSSL
+# (sha256) and libxxhash (xxh3). Without them setup.py still installs, silently, with the
+# Python writer only; so they are brought here (apt-get, as root) or named, and the build
+# is checked after the install. BATON_ALLOW_NO_NATIVE=1 installs without the native writer.
+NATIVE_PACKAGES := g++ libssl-dev libxxhash-dev
+native-deps:
+	@if [ -f /usr/include/xxhash.h ] && [ -f /usr/include/openssl/sha.h ] && command -v g++ >/dev/null; then :; \
+	elif [ "$$BATON_ALLOW_NO_NATIVE" = 1 ]; then echo "baton: building without the native writer (BATON_ALLOW_NO_NATIVE=1)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(NATIVE_PACKAGES); \
+	else echo "baton: the native checkpoint writer needs $(NATIVE_PACKAGES) (or your system's" \
+		"equivalents); install them, or run with BATON_ALLOW_NO_NATIVE=1 to use the Python writer" >&2; exit 2; fi
 
 # torch is installed first and pinned to the CPU build that lies on this disk: a bare
 # `torch` requirement would pull a multi-GB CUDA build. The package's own requirement
 # stays a range so GPU machines can use their own build.
 # setup.py builds csrc/ (the native checkpoint writer) into ckpt/ during the editable install.
 $(STAMP): pyproject.toml setup.py csrc/native_writer.cpp
+	@$(MAKE) --no-print-directory native-deps
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "torch==2.13.0"
 	$(BIN)/pip install -q -e ".[test]"
+	@$(BIN)/python -c "import ckpt._native_writer" 2>/dev/null || [ "$$BATON_ALLOW_NO_NATIVE" = 1 ] || \
+		{ echo "baton: ckpt._native_writer did not build (see pip's output above); fix the" \
+		"build or run with BATON_ALLOW_NO_NATIVE=1 to use the Python writer" >&2; exit 2; }
 	$(BIN)/python -m stages.prebuild
 	touch $(STAMP)
 

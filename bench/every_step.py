@@ -18,14 +18,9 @@ copy, writeback, and the second core they take), whatever the checkpoint does: w
 this ratio is below 0.97, no checkpoint that writes these bytes durably every step can
 cost 3% or less.
 
-A fifth kind is the commit floor (bench.commit_floor), a sixth the DeepSpeed floor
-(bench.deepspeed_floor: the commit floor plus DeepSpeed's `save_checkpoint` into an engine
-that keeps nothing, and the payload). With the saver process, a seventh kind measures its
-worker side: the same saves, handed to a saver process that drops them
-(ckpt.save_job.Faults.discard_saves). The save call, the staging copies, the sender's
-and the listener's work all run as in a real save; the saver's own work (structure,
-hashing, writes, the commit) does not. Against the process saver's blocks it splits
-what a save costs the step between the training process and the saver.
+Probes that split a save's cost further (the commit floor, the DeepSpeed floor, the saver
+process's worker side) were experiments, not product: experiments/README.md says where they
+are.
 """
 from __future__ import annotations
 
@@ -36,13 +31,10 @@ from functools import partial
 from pathlib import Path
 
 from bench.bootstrap import ratio_interval
-from bench.commit_floor import CommitFloorEveryStep
-from bench.deepspeed_floor import DeepSpeedFloorEveryStep
 from bench.console import progress, stdout_to_stderr
 from bench.methods.baton_checkpointer import payload, save_options
 from bench.raw_every_step import RawWriteEveryStep
 from bench.training import TokenBatches, accumulation, train_steps
-from ckpt.layout import read_latest
 
 
 SAVERS = ("thread", "process")
@@ -54,8 +46,7 @@ class SavingTrainer:
     Several may share one engine (one per saver): `activate` hands the engine's
     checkpoint engine to this one's checkpointer before its block."""
 
-    def __init__(self, state, directory: Path, mode: str, saver: str | None = None,
-                 discard_saves: bool = False):
+    def __init__(self, state, directory: Path, mode: str, saver: str | None = None):
         from dataclasses import replace
 
         from ckpt.checkpointer import Checkpointer
@@ -67,8 +58,7 @@ class SavingTrainer:
         self.batches = TokenBatches(self.stage, self.engine.module.config.vocab_size, seed=1)
         self.tokens_per_step = self.batches.tokens * accumulation(self.engine)
         self.checkpointer = Checkpointer(self.engine, directory, self.stage.name, state.layout,
-                                         keep_last=2, options=self.options,
-                                         discard_saves=discard_saves)
+                                         keep_last=2, options=self.options)
         self.step = 0
 
     def activate(self) -> None:
@@ -86,36 +76,24 @@ class SavingTrainer:
 
 class Rounds:
     """The timed blocks of one every-step run, by kind: without saves, with saves (one
-    kind per saver), with the bound's copy and write, with the I/O floor's write alone,
-    with the commit floor's (bench.commit_floor), with the DeepSpeed floor's
-    (bench.deepspeed_floor), and with the saver process's worker side alone when it is
-    measured; seconds, and the training thread's CPU."""
+    kind per saver), with the bound's copy and write, and with the I/O floor's write
+    alone; seconds, and the training thread's CPU."""
 
     def __init__(self, trainers: dict[str, SavingTrainer], bound: RawWriteEveryStep,
-                 floor: RawWriteEveryStep, commit_floor: CommitFloorEveryStep,
-                 steps_per_block: int, worker_side: SavingTrainer | None = None):
+                 floor: RawWriteEveryStep, steps_per_block: int):
         self.trainers, self.bound, self.floor = trainers, bound, floor
-        self.commit_floor, self.worker_side = commit_floor, worker_side
         self.first = next(iter(trainers.values()))
-        self.deepspeed_floor = DeepSpeedFloorEveryStep(self.first.engine, commit_floor,
-                                                       self.first.tokens_per_step)
         self.steps = steps_per_block
         self.without: list[float] = []
         self.with_bound: list[float] = []
         self.with_floor: list[float] = []
-        self.with_commit_floor: list[float] = []
-        self.with_deepspeed_floor: list[float] = []
-        self.with_worker_side: list[float] = []
         self.with_saves: dict[str, list[float]] = {saver: [] for saver in trainers}
         self.cpu = {"without": [], **{saver: [] for saver in trainers}}
 
     def kinds(self) -> list:
         return [self.block_without, *(partial(self.block_with, saver) for saver in self.trainers),
                 partial(self.block_raw, self.bound, self.with_bound),
-                partial(self.block_raw, self.floor, self.with_floor),
-                partial(self.block_raw, self.commit_floor, self.with_commit_floor),
-                partial(self.block_raw, self.deepspeed_floor, self.with_deepspeed_floor),
-                *([self.block_worker_side] if self.worker_side is not None else [])]
+                partial(self.block_raw, self.floor, self.with_floor)]
 
     def block_without(self) -> None:
         self.without.append(_timed(self.first.train, self.steps, self.cpu["without"]))
@@ -123,18 +101,14 @@ class Rounds:
     def block_with(self, saver: str) -> None:
         self._saving(self.trainers[saver], self.with_saves[saver], self.cpu[saver])
 
-    def block_worker_side(self) -> None:
-        self._saving(self.worker_side, self.with_worker_side)
-
-    def _saving(self, trainer: SavingTrainer, seconds: list[float],
-                cpu: list[float] | None = None) -> None:
+    def _saving(self, trainer: SavingTrainer, seconds: list[float], cpu: list[float]) -> None:
         """A block with a save after every step by `trainer`, then its saves drained."""
         trainer.activate()
         seconds.append(_timed(trainer.train_and_save, self.steps, cpu))
         trainer.checkpointer.drain()
 
     def block_raw(self, raw, seconds: list[float]) -> None:
-        """A block of the bound's kind or a floor's: `raw.save()` after every step."""
+        """A block of the bound's kind or the I/O floor's: `raw.save()` after every step."""
         seconds.append(_timed(partial(self._train_and_write, raw), self.steps))
         raw.drain()
 
@@ -148,23 +122,15 @@ class Rounds:
                           f"step ({saver} saver)" for saver in self.trainers)
         return (f"{self.steps / self.without[-1]:.3g} steps/s without saves, {rates}, "
                 f"{self.steps / self.with_bound[-1]:.3g} with the bound's write, "
-                f"{self.steps / self.with_floor[-1]:.3g} with the I/O floor's, "
-                f"{self.steps / self.with_commit_floor[-1]:.3g} with the commit floor's, "
-                f"{self.steps / self.with_deepspeed_floor[-1]:.3g} with the DeepSpeed floor's"
-                + (f", {self.steps / self.with_worker_side[-1]:.3g} with the saver process's "
-                   "worker side" if self.with_worker_side else ""))
+                f"{self.steps / self.with_floor[-1]:.3g} with the I/O floor's")
 
 
 def run_every_step(state, directory: Path, mode: str, steps_per_block: int, blocks: int,
-                   label: str, savers: tuple[str, ...] = SAVERS,
-                   worker_side: bool = False) -> dict[str, dict]:
+                   label: str, savers: tuple[str, ...] = SAVERS) -> dict[str, dict]:
     """{saver: summary}: blocks without saves, then one block with saves per saver, then
-    the bound's block, the I/O floor's, the commit floor's and (`worker_side`, with the
-    process saver) its worker side's, in turn (every other round in reverse), `blocks`
-    times (async: one saver per ckpt.saver; sync has no saver, so one kind of block with
-    saves). Only the default model measures the worker side: the large model's few rounds
-    could not tell it from the full saver, and it would hold a third staging pool of the
-    large state."""
+    the bound's block and the I/O floor's, in turn (every other round in reverse),
+    `blocks` times (async: one saver per ckpt.saver; sync has no saver, so one kind of
+    block with saves)."""
     if mode != "async":
         savers = savers[:1]
     with stdout_to_stderr():
@@ -173,15 +139,12 @@ def run_every_step(state, directory: Path, mode: str, steps_per_block: int, bloc
     floor = RawWriteEveryStep(state, directory, copy=False)
     closeables = [bound, floor, *(t.checkpointer for t in trainers.values())]
     try:
-        side = _worker_side(state, directory, mode, savers, closeables) if worker_side else None
-        warming = [*trainers.values(), *([side] if side is not None else [])]
         with stdout_to_stderr():
-            for trainer in warming:  # warm-up: the first save allocates the staging
-                trainer.activate()  # buffers (and starts the saver process)
+            for trainer in trainers.values():  # warm-up: the first save allocates the
+                trainer.activate()  # staging buffers (and starts the saver process)
                 trainer.train_and_save(1)
                 trainer.checkpointer.drain()
-        commit_floor = _commit_floor(state, directory, trainers, closeables)
-        rounds = Rounds(trainers, bound, floor, commit_floor, steps_per_block, side)
+        rounds = Rounds(trainers, bound, floor, steps_per_block)
         kinds = rounds.kinds()
         for index in range(blocks):
             with stdout_to_stderr():
@@ -200,37 +163,12 @@ def run_every_step(state, directory: Path, mode: str, steps_per_block: int, bloc
     return {saver: summary(trainer, state, rounds, saver) for saver, trainer in trainers.items()}
 
 
-def _commit_floor(state, directory: Path, trainers: dict[str, SavingTrainer],
-                  closeables: list) -> CommitFloorEveryStep:
-    """The commit floor, with the files of the checkpoint the first saver's warm-up committed;
-    added to `closeables` at once, so that a failed run closes it too."""
-    first = next(iter(trainers.values()))
-    template = read_latest(first.checkpointer.root)
-    commit_floor = CommitFloorEveryStep(state, directory, template, first.checkpointer.keep_last)
-    closeables.append(commit_floor)
-    return commit_floor
-
-
-def _worker_side(state, directory: Path, mode: str, savers: tuple[str, ...],
-                 closeables: list) -> SavingTrainer | None:
-    """A process saver's trainer whose saver drops every save; None without the process
-    saver. Added to `closeables` at once, so that a failed run closes it too."""
-    if mode != "async" or "process" not in savers:
-        return None
-    with stdout_to_stderr():
-        trainer = SavingTrainer(state, directory / "worker_side", mode, "process",
-                                discard_saves=True)
-    closeables.append(trainer.checkpointer)
-    return trainer
-
-
 def summary(trainer: SavingTrainer, state, rounds: Rounds, saver: str) -> dict:
     stats = trainer.checkpointer.stats[1:]  # the warm-up save is not one of the measured
     steps_per_block, without = rounds.steps, rounds.without
     with_saves, cpu = rounds.with_saves[saver], rounds.cpu
     steps = steps_per_block * len(without)
     step_s = statistics.median(without) / steps_per_block
-    call_s = statistics.median(rounds.deepspeed_floor.call_s)
     return {
         "mode": trainer.options.mode, "saver": trainer.options.saver,
         "writer": trainer.options.writer, "params": state.params(),
@@ -253,30 +191,13 @@ def summary(trainer: SavingTrainer, state, rounds: Rounds, saver: str) -> dict:
         **_versus("bound", rounds.with_bound, without, steps),
         # The same write + fsync of a buffer filled once, no copy: what the I/O alone costs.
         **_versus("floor", rounds.with_floor, without, steps),
-        # Baton's files committed as baton commits, nothing computed (bench.commit_floor):
-        # what the contract's durability costs whatever the checkpointer computes.
-        **_versus("commit_floor", rounds.with_commit_floor, without, steps),
-        # The commit floor plus DeepSpeed's save_checkpoint (into an engine that keeps
-        # nothing) and the payload: the least any save through DeepSpeed can cost here.
-        **_versus("deepspeed_floor", rounds.with_deepspeed_floor, without, steps),
-        "deepspeed_floor_files_per_save": rounds.deepspeed_floor.discarding.files
-        / max(1, rounds.deepspeed_floor.saves),
-        # Its save_checkpoint and payload alone, on the training thread: the step's critical
-        # path, so this share of a step is a floor of its own for any save through DeepSpeed.
-        "deepspeed_floor_call_s_min": min(rounds.deepspeed_floor.call_s),
-        "deepspeed_floor_call_s_median": call_s,
-        "deepspeed_floor_call_share_of_step": call_s / step_s,
-        # The saver process's saves handed over and dropped: the training process's share
-        # of what the process saver costs (the rest is the saver's own work beside it).
-        **(_versus("worker_side", rounds.with_worker_side, without, steps)
-           if saver == "process" and rounds.with_worker_side else {}),
         "step_s_median": step_s,
         "save_stall_s_median": statistics.median(s["stall_s"] for s in stats),
         "save_slot_wait_s_median": statistics.median(s["slot_wait_s"] for s in stats),
         "save_durable_s_median": statistics.median(s["durable_s"] for s in stats),
         # The saver's CPU per save (its thread, or the saver process's main thread): on
         # the saver thread, Python there holds the GIL the step needs (`python -m
-        # bench.gil_probe` measures what that costs on this machine).
+        # experiments.gil_probe` measured what that costs on this machine).
         "save_background_cpu_s_median": _median_or_none(s["background_cpu_s"] for s in stats),
         # The training thread's own CPU per step, without and with saves: the difference
         # is the save call plus what sharing the GIL and the cores costs the step itself.

@@ -1,17 +1,13 @@
 """The PNG's every-step panel: the default model's throughput with a save every step, by
-saver (and the saver process's worker side alone), beside the bound, the I/O floor and
-the commit floor and the DeepSpeed floor, each with its 95% interval over rounds, against
-the issue's 3% line. Where the floors' bars end left of the line, no checkpoint that writes
-these bytes durably (or keeps the contract, or saves through DeepSpeed's save_checkpoint)
-every step can reach it on that machine."""
+saver, beside the bound and the I/O floor, each with its 95% interval over rounds, against
+the 3% line. Where the floor's bar ends left of the line, no checkpoint that writes these
+bytes durably every step can reach it on that machine."""
 from __future__ import annotations
 
 BAR = 0.97
 """Checkpointing every step may cost at most 3% of throughput."""
 
-REFERENCES = (("bound", "bound: memcpy + write + fsync"), ("floor", "I/O floor: write + fsync"),
-              ("commit_floor", "commit floor: baton's files committed, nothing computed"),
-              ("deepspeed_floor", "DeepSpeed floor: commit floor + DeepSpeed's save_checkpoint"))
+REFERENCES = (("bound", "bound: memcpy + write + fsync"), ("floor", "I/O floor: write + fsync"))
 
 
 def every_step_rows(every_step: dict) -> list[tuple[str, float, list[float]]]:
@@ -23,9 +19,6 @@ def every_step_rows(every_step: dict) -> list[tuple[str, float, list[float]]]:
         return []
     rows = [(f"saver {run['saver']}", run["throughput_ratio"], run["throughput_ratio_ci95"])
             for run in runs.values()]
-    rows += [("saver process, worker side only (saves dropped)",
-              run["worker_side_throughput_ratio"], run["worker_side_throughput_ratio_ci95"])
-             for run in runs.values() if "worker_side_throughput_ratio" in run]
     first = runs["default_model"]
     rows += [(label, first[f"{kind}_throughput_ratio"], first[f"{kind}_throughput_ratio_ci95"])
              for kind, label in REFERENCES if f"{kind}_throughput_ratio" in first]

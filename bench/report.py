@@ -100,32 +100,26 @@ def every_step_lines(every: dict) -> list[str]:
             f"every step): {run['bound_throughput_ratio']:.3f}× "
             f"({_interval(run['bound_throughput_ratio_ci95'])}); the I/O floor (the write + fsync "
             f"alone, no copy): {run['floor_throughput_ratio']:.3f}× "
-            f"({_interval(run['floor_throughput_ratio_ci95'])}); the commit floor (baton's "
-            f"files, fsynced and committed, nothing computed): "
-            f"{run['commit_floor_throughput_ratio']:.3f}× "
-            f"({_interval(run['commit_floor_throughput_ratio_ci95'])}); the DeepSpeed floor (the "
-            f"commit floor after DeepSpeed's save_checkpoint into an engine that keeps nothing, "
-            f"and the payload): {run['deepspeed_floor_throughput_ratio']:.3f}× "
-            f"({_interval(run['deepspeed_floor_throughput_ratio_ci95'])}), its save_checkpoint and "
-            f"payload {run['deepspeed_floor_call_s_median'] * 1e3:.3g} ms a save on the training "
-            f"thread, {run['deepspeed_floor_call_share_of_step']:.1%} of a step; median of {run['blocks']} "
+            f"({_interval(run['floor_throughput_ratio_ci95'])}); median of {run['blocks']} "
             f"rounds {run['block_ratio_median']:.3f}× (bound {run['bound_block_ratio_median']:.3f}×, "
-            f"floor {run['floor_block_ratio_median']:.3f}×, commit floor "
-            f"{run['commit_floor_block_ratio_median']:.3f}×, DeepSpeed floor "
-            f"{run['deepspeed_floor_block_ratio_median']:.3f}×); with saves against the bound's "
+            f"floor {run['floor_block_ratio_median']:.3f}×); with saves against the bound's "
             f"blocks {run['throughput_ratio_vs_bound']:.3f}× "
-            f"({_interval(run['throughput_ratio_vs_bound_ci95'])})" + _worker_side(run))
+            f"({_interval(run['throughput_ratio_vs_bound_ci95'])})")
     return lines
 
 
-def _worker_side(run: dict) -> str:
-    """The saver process's worker side alone (bench.every_step), where it was measured."""
-    if "worker_side_throughput_ratio" not in run:
-        return ""
-    return (f"; the worker side alone (saves handed to a saver process that drops them): "
-            f"{run['worker_side_throughput_ratio']:.3f}× "
-            f"({_interval(run['worker_side_throughput_ratio_ci95'])}), median round "
-            f"{run['worker_side_block_ratio_median']:.3f}×")
+def writer_lines(writers: dict | None) -> list[str]:
+    """The native writer's gain over the Python writer, or why there is none to measure."""
+    if writers is None:  # a JSON from before the writers were compared
+        return []
+    if writers["native"] is None:
+        return [f"writers: the native writer is not built here ({writers['native_unavailable']}), "
+                f"so the Python writer is the default; `make install` builds it"]
+    size = f"{writers['bytes'] / 2**20:.0f} MiB"
+    return [f"writers ({size}, write + hash + fsync, {writers['rounds']} rounds): the Python "
+            f"writer takes {writers['python_over_native_min']:.2f}× (min) / "
+            f"{writers['python_over_native_median']:.2f}× (median) the native writer's time; "
+            f"the default here: {writers['default']}"]
 
 
 def sweep_table(sweep: dict) -> Table | None:
@@ -155,7 +149,7 @@ def print_report(result: dict) -> None:
     if in_step is not None:
         console.print(in_step)
     lines = (unavailable_lines(result) + load_lines(result["load"])
-             + every_step_lines(result["every_step"]))
+             + every_step_lines(result["every_step"]) + writer_lines(result.get("writers")))
     for line in lines:
         console.print(line, highlight=False)
     sweep = sweep_table(result["sweep"])

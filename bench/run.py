@@ -15,6 +15,7 @@ from bench.methods.catalog import all_methods
 from bench.options import BenchOptions
 from bench.ratios import with_ratios
 from bench.training import TrainingStep
+from bench.writers import writer_gain
 
 # Checkpoint-every-step blocks: (steps per block, blocks). The large model's steps take
 # seconds, the tiny model's milliseconds. The tiny model's blocks move by ±15% from one
@@ -38,9 +39,12 @@ def run_bench(options: BenchOptions) -> dict:
         main = points[-1]
         every_step = {**by_saver("default_model", every_step_default_model(options, workdir)),
                       **by_saver("large_model", main.pop("every_step"))}
+        progress("writers: native vs Python on the same bytes")
+        writers = writer_gain(main["state_bytes"], max(options.rounds, 3), str(workdir))
         return {
             "bounds": main["bounds"], "methods": main["methods"],
             "unavailable": main["unavailable"], "load": main["load"], "every_step": every_step,
+            "writers": writers,
             "sweep": {"sizes_gb": sorted(options.sizes_gb), "points": points},
             "machine": machine_info(workdir),
             "settings": {"sizes_gb": sorted(options.sizes_gb), "main_size_gb": options.main_size_gb,
@@ -129,6 +133,6 @@ def every_step_default_model(options: BenchOptions, workdir: Path) -> dict:
         steps, blocks = TINY_BLOCKS[options.quick]
         blocks = options.every_step_blocks or blocks
         return run_every_step(state, workdir / "every-step-default", state.cfg.ckpt.mode, steps,
-                              blocks, "default model", worker_side=True)
+                              blocks, "default model")
     finally:
         state.close()

@@ -1,5 +1,5 @@
 """The state's bytes copied into one reused buffer, as cheaply as torch allows from Python:
-what the bound and the commit floor of a checkpoint-every-step run copy (bench.every_step)."""
+what the bound of a checkpoint-every-step run copies (bench.every_step)."""
 from __future__ import annotations
 
 import torch

@@ -113,8 +113,7 @@ class Destination:
 class Checkpointer:
     def __init__(self, engine, root: Path, stage: str, parallel: dict, keep_last: int,
                  crash_in_save_at_step: int = -1, fail_write_at_step: int = -1,
-                 options: SaveOptions | None = None, node: NodeGroup | None = None,
-                 discard_saves: bool = False):
+                 options: SaveOptions | None = None, node: NodeGroup | None = None):
         self.engine, self.root, self.stage = engine, Path(root), stage
         self.parallel, self.keep_last = parallel, keep_last  # the manifest's `parallel`
         self.layout = Layout.from_dict(parallel)
@@ -123,9 +122,7 @@ class Checkpointer:
         self.lazy = (self.asynchronous and self.options.snapshot == "lazy"
                      and lazy_copies_are_safe(engine))
         self.in_process = self.asynchronous and self.options.saver == "process"
-        faults = Faults(crash_in_save_at_step, fail_write_at_step, discard_saves)
-        if discard_saves and not self.in_process:  # only the saver process drops saves
-            raise ValueError("discard_saves needs ckpt.mode=async and ckpt.saver=process")
+        faults = Faults(crash_in_save_at_step, fail_write_at_step)
         self.pool = (StagingPool(self.options.max_in_flight, lazy=self.lazy,
                                  shared=SharedBuffers() if self.in_process else None)
                      if self.asynchronous else None)

@@ -44,9 +44,6 @@ class BatonCheckpointEngine(CheckpointEngine):
         """Set (ckpt.selective.threshold): the model-states file is saved by layer."""
         self.references: dict[str, str] = {}
         """Of the save being captured: layer file -> the earlier checkpoint holding it."""
-        self.steady_memo = True
-        """False: every tensor is staged the full way, save after save (`python -m
-        bench.steady_memo_ab` compares the two; ckpt.steady_memo)."""
         self.defer_json = False
         """Set with the saver process (`ckpt.saver=process`): JSON payloads are copied
         (containers only) and encoded there, off the training thread (`save_json`)."""
@@ -70,7 +67,7 @@ class BatonCheckpointEngine(CheckpointEngine):
         if self.slot is not None:
             try:  # the cheap capture: containers rebuilt, storages copied, pickled later
                 memo = (self.slot.memos.setdefault(rel, TensorMemo())
-                        if self.pool.lazy and self.steady_memo else None)
+                        if self.pool.lazy else None)
                 state = snapshot(state_dict, self.pool.stager(self.slot, rel), self.slot.tensors,
                                  memo)
                 self.captured.append(CapturedFile(rel, state=state, alignment=self.alignment))

@@ -51,10 +51,6 @@ class FileImage:
         filled = [(offset, buffer) for (offset, _), buffer in zip(self.holes, buffers)]
         return sorted(self.pieces + filled, key=lambda segment: segment[0])
 
-    def live_segments(self) -> list[tuple[int, object]]:
-        """Segments that read the storages in place (a synchronous save: nothing copied)."""
-        return self.segments([as_bytes(s) for s in self.storages])
-
     @classmethod
     def of_bytes(cls, data: bytes) -> "FileImage":
         return cls(size=len(data), pieces=[(0, bytes(data))])

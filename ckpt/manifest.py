@@ -87,10 +87,6 @@ class Manifest:
     def to_json(self) -> str:
         return json.dumps(self.record(), indent=2, sort_keys=True)
 
-    @classmethod
-    def from_json(cls, text: str) -> "Manifest":
-        return cls(**json.loads(text))
-
 
 def checksum_of(manifest_path: Path) -> str:
     return sha256_file(manifest_path)

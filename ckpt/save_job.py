@@ -130,15 +130,10 @@ class SaveJob:
 
 @dataclass
 class Faults:
-    """debug.crash_in_save_at_step / debug.fail_write_at_step (rank 0 only), and the
-    bench's discard_saves (saver process only)."""
+    """debug.crash_in_save_at_step / debug.fail_write_at_step (rank 0 only)."""
 
     crash_at: int = -1
     fail_write_at: int = -1
-    discard_saves: bool = False
-    """The saver process drops every save it is handed: nothing is written or committed.
-    Only for `baton bench ckpt`'s worker-side block (bench.every_step), which measures
-    what handing saves over costs the training process without the saver's own work."""
 
 
 def failure_of(exc: BaseException, rank: int) -> dict:

@@ -126,9 +126,7 @@ def serve(conn: Connection) -> None:
         job = SaveJob(step=described["step"], tmp=described["tmp"], files=files,
                       build_manifest=described["recipe"], slot=RemoteSlot(ident),
                       keep=described["keep"], node=described["node"])
-        # The bench's worker-side block drops each save only here, once it has arrived: the
-        # whole hand-over (copies, description, sockets) still runs as for a real save.
-        if failed or runner.faults.discard_saves:
+        if failed:
             shutil.rmtree(job.tmp, ignore_errors=True)
             conn.send(("skipped", ident))
             continue

@@ -137,10 +137,6 @@ class StagingPool:
             self._free.append(slot)
             self._available.notify()
 
-    def busy(self) -> bool:
-        with self._available:
-            return len(self._free) < len(self._all)
-
     def allocated_bytes(self) -> int:
         return sum(slot.nbytes() for slot in self._all)
 

@@ -59,9 +59,6 @@ class ProcessIdentity:
     start_ticks: Optional[int]
     """None where /proc is missing (not Linux): then only the pid is compared."""
 
-    def is_local(self) -> bool:
-        return self.host == hostname()
-
     def alive(self) -> bool:
         """Whether this very process still runs. Only meaningful on its own host."""
         if not _PROC.is_dir() or self.start_ticks is None:

@@ -39,14 +39,19 @@ def post_training(overrides: list[str] | None = None) -> dict:
     overrides = list(overrides or [])
     run = open_pipeline_run(overrides)
     stage_runs: dict[str, dict] = {}
+    handoffs: dict[str, int] = {}
     status = "failed"
     try:
         for stage in run["stages"]:
-            inputs = [run_handoff(overrides, name, run["id"], stage_runs[src]["stage_run_id"], run["root"])
+            inputs = {name: run_handoff(overrides, name, run["id"], stage_runs[src]["stage_run_id"],
+                                        run["root"])
                       for name, (src, dst) in run["handoffs"].items()
-                      if dst == stage and src in stage_runs]
+                      if dst == stage and src in stage_runs}
+            handoffs.update({name: done["handoff_id"] for name, done in inputs.items()})
+            inputs = list(inputs.values())
             stage_runs[stage] = run_stage(overrides, stage, run["id"], run["root"], inputs)
         status = "completed"
     finally:
         close_pipeline_run(overrides, run["id"], status)
-    return {"pipeline_run_id": run["id"], "root": run["root"], "stages": stage_runs}
+    return {"pipeline_run_id": run["id"], "root": run["root"], "stages": stage_runs,
+            "handoffs": handoffs}

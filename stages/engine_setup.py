@@ -1,7 +1,6 @@
 """Build the DeepSpeed engine for a stage: config dict, LR schedule, distributed init."""
 from __future__ import annotations
 
-import math
 import os
 
 import torch
@@ -99,7 +98,3 @@ def ranks_follow_nodes(parallel_cfg) -> None:
         return
     per_node = int(os.environ["LOCAL_WORLD_SIZE"])
     os.environ["RANK"] = str(int(parallel_cfg.node_rank) * per_node + int(os.environ["LOCAL_RANK"]))
-
-
-def is_finite(value: float) -> bool:
-    return math.isfinite(value)

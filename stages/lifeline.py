@@ -67,7 +67,9 @@ def torchrun_command(nproc: int, module: str, launch_file: Path,
                      rendezvous: list[str] | None = None) -> list[str]:
     """`rendezvous`: torchrun's node arguments (stages.nodes); default one standalone node."""
     rendezvous = rendezvous or ["--standalone", f"--nproc-per-node={nproc}"]
-    return [sys.executable, "-m", "stages.lifeline", *rendezvous, "-m", module, str(launch_file)]
+    # stages.lean_start: the workers import DeepSpeed without its optional mlflow import.
+    return [sys.executable, "-m", "stages.lifeline", *rendezvous, "-m", "stages.lean_start",
+            module, str(launch_file)]
 
 
 # -- agent and worker side ---------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Load a universal checkpoint under the target layout and save it as a baton checkpoint.
 
 One process per target rank: `python -m stages.lifeline --standalone --nproc-per-node=N
--m stages.reshard_worker LAUNCH.json` (torchrun tied to its launcher, handoff.reshard).
+-m stages.lean_start stages.reshard_worker LAUNCH.json` (torchrun tied to its launcher,
+handoff.reshard).
 Builds the stage's model and engine exactly as `stages.worker` does, with DeepSpeed's
 `load_universal` on, loads, runs the probe batch, and saves through `Checkpointer` into
 a staging root; handoff.reshard decides whether it becomes DST.

@@ -5,7 +5,6 @@ lets any stage load the tokenizer with `AutoTokenizer.from_pretrained(dir)`.
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
@@ -24,7 +23,3 @@ def build_char_tokenizer():
     return PreTrainedTokenizerFast(
         tokenizer_object=core, pad_token=PAD, bos_token=BOS, eos_token=EOS, unk_token=UNK,
         clean_up_tokenization_spaces=False)
-
-
-def save_char_tokenizer(directory: str | Path) -> None:
-    build_char_tokenizer().save_pretrained(str(directory))

@@ -4,6 +4,8 @@ Without PREFECT_API_URL, Prefect starts an ephemeral local API for the run.
 """
 from __future__ import annotations
 
+import shlex
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("--stages", default=None,
@@ -64,5 +66,17 @@ def _run(cfg, overrides: list[str]) -> int:
     for stage, outcome in result["stages"].items():
         last = outcome["checkpoints"][-1] if outcome["checkpoints"] else "none"
         print(f"[baton]   {stage}: {outcome['status']} at step {outcome['step']}; latest checkpoint {last}")
-    print("[baton] browse: baton lineage show run.dir=... | baton ui run.dir=...")
+    for line in next_commands(str(cfg.run.dir), result["handoffs"]):
+        print(line)
     return 0
+
+
+def next_commands(run_dir: str, handoffs: dict[str, int]) -> list[str]:
+    """What to run next on this very run, to copy as printed."""
+    where = f"run.dir={shlex.quote(run_dir)}"
+    lines = ["[baton] next:", f"  baton report {shlex.quote(run_dir)}",
+             f"  baton lineage show {where}"]
+    for name, handoff_id in handoffs.items():
+        lines.append(f"  baton rerun --handoff {handoff_id} {where}    # re-run after handoff {name}")
+    lines.append(f"  baton ui {where}")
+    return lines

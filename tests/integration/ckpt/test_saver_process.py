@@ -182,24 +182,3 @@ def test_selective_saves_keep_their_staging_buffers_in_the_saver_process(state, 
     ck.close()
     assert 0 in written and max(written) > 0  # full saves and saves by reference, in turn
     assert mapped[0] > 0 and mapped == [mapped[0]] * len(mapped)
-
-
-def test_a_saver_process_that_discards_saves_commits_nothing_and_keeps_going(state, tmp_path):
-    """The bench's worker-side block (bench.every_step): every save is staged and handed
-    over as usual, and the saver drops it: no checkpoint, no leftover, no failure, and the
-    slot comes back for the next save (three saves through one slot)."""
-    ck = Checkpointer(state.engine, tmp_path, "cpt", state.layout, keep_last=2,
-                      options=SaveOptions(mode="async", saver="process"), discard_saves=True)
-    for step in (1, 2, 3):
-        ck.save(step, payload(step))
-        train_steps(state.engine, state.cfg.stage, steps=1)
-    ck.close()
-    assert not ck.failed()
-    assert read_latest(tmp_path) is None and committed_steps(tmp_path) == []
-    assert find_leftovers(tmp_path) == [] and ck.stats == []
-
-
-def test_only_the_saver_process_discards_saves(state, tmp_path):
-    with pytest.raises(ValueError, match="ckpt.saver=process"):
-        Checkpointer(state.engine, tmp_path, "cpt", state.layout, keep_last=2,
-                     options=SaveOptions(mode="async", saver="thread"), discard_saves=True)

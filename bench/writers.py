@@ -1,4 +1,4 @@
-"""Native vs Python writer on the same segments: a micro-benchmark for bench/ and the docs.
+"""Native vs Python writer on the same segments: `baton bench ckpt`'s writer line.
 
 Both write the same checkpoint-like layout (large storage buffers separated by small
 record headers), interleaved round by round, the order alternating, each write timed from
@@ -18,6 +18,9 @@ from ckpt.writers.native import NativeWriter, load_extension
 from ckpt.writers.python_writer import PythonWriter
 
 HEADER_BYTES = 192  # about what torch's zip format puts before each storage record
+WRITERS_BYTES = 256 << 20
+"""What `baton bench ckpt` writes with each writer: large enough for the per-MiB costs to
+dominate, small enough to take seconds."""
 
 
 def checkpoint_like_segments(size_bytes: int, seed: int = 0) -> list[tuple[int, object]]:
@@ -69,4 +72,12 @@ def bench_writers(size_bytes: int, rounds: int = 3, *, directory: str | None = N
     if result["native"] is not None:
         for stat in ("min_s", "median_s"):
             result[f"python_over_native_{stat[:-2]}"] = result["python"][stat] / result["native"][stat]
+    return result
+
+
+def writer_gain(state_bytes: int, rounds: int, directory: str | None) -> dict:
+    """The writers' comparison for `baton bench ckpt`, plus which one `ckpt.writer=auto`
+    (the default) uses on this machine."""
+    result = bench_writers(min(WRITERS_BYTES, state_bytes), rounds, directory=directory)
+    result["default"] = "python" if result["native_unavailable"] else "native"
     return result

@@ -1,4 +1,4 @@
-"""`python -m bench.save_profile`: the parts of a save are measured on the training thread
+"""`python -m experiments.save_profile`: the parts of a save are measured on the training thread
 and nest as the calls do, the saver thread's CPU is reported in async mode, and a bad flag
 is refused in one line."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ UNPROFILED_PART = re.compile(
 
 
 def profile(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench.save_profile", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "experiments.save_profile", *args], cwd=REPO,
                           text=True, capture_output=True, timeout=300)
 
 

@@ -1,7 +1,7 @@
 """Where an every-step save's time goes on the training thread, and what the saves in
 flight do to the step around them.
 
-    python -m bench.save_profile [--steps 40] [--rounds 4] [--mode async|sync]
+    python -m experiments.save_profile [--steps 40] [--rounds 4] [--mode async|sync]
                                  [--saver thread|process] [overrides]
 
 The default model trains `--steps` optimizer steps without saves, then `--steps` with a
@@ -16,9 +16,9 @@ saver's own threads are not profiled). It prints:
   saver process's main thread's with `ckpt.saver=process`;
 - then, in two more blocks without the profiler, the CPU per step of every thread of the
   training process (the training thread, the lazy copier, the saver thread or the saver
-  process's sender and listener, gloo's) and of the saver process (bench.thread_cpu):
+  process's sender and listener, gloo's) and of the saver process (experiments.thread_cpu):
   everything a save costs besides the I/O;
-- then, in interleaved blocks without the profiler (bench.save_parts), the step's own work
+- then, in interleaved blocks without the profiler (experiments.save_parts), the step's own work
   (wall and CPU of the training thread) without saves and with saves in flight, the
   payload's construction, and the save call's parts timed by wrapping the calls: the
   milliseconds to quote.
@@ -47,7 +47,7 @@ SAVE_PARTS = {
     "baton's snapshot into staging (ckpt.snapshot)": ("snapshot.py", "snapshot"),
 }
 SPLIT_ROUNDS = 4
-"""Default rounds of the unprofiled blocks (bench.save_parts.step_split, `--rounds`): one
+"""Default rounds of the unprofiled blocks (experiments.save_parts.step_split, `--rounds`): one
 without saves and one with a save after each per round, `--steps` steps each. A few rounds
 place the save call's parts; the step's own work with saves against without moves by more
 than the saves cost it on a noisy VM unless the rounds are many."""
@@ -74,9 +74,9 @@ def profiled(work) -> pstats.Stats:
 
 def cpu_by_thread(trainer, steps: int) -> dict:
     """Unprofiled: CPU per step of each thread of this process and of the saver process,
-    over a block without saves and one with a save after each (bench.thread_cpu)."""
+    over a block without saves and one with a save after each (experiments.thread_cpu)."""
     from bench.console import stdout_to_stderr
-    from bench.thread_cpu import CpuReading
+    from experiments.thread_cpu import CpuReading
 
     before = CpuReading.now()
     trainer.train(steps)
@@ -92,7 +92,7 @@ def measure(steps: int, mode: str, overrides: list[str], saver: str = "thread",
             rounds: int = SPLIT_ROUNDS) -> dict:
     from bench.console import progress, stdout_to_stderr
     from bench.every_step import SavingTrainer
-    from bench.save_parts import step_split
+    from experiments.save_parts import step_split
     from bench.state import build_state
 
     workdir = Path(tempfile.mkdtemp(prefix="baton-save-profile-"))
@@ -138,7 +138,7 @@ def measure(steps: int, mode: str, overrides: list[str], saver: str = "thread",
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.save_profile",
+    parser = argparse.ArgumentParser(prog="python -m experiments.save_profile",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=40, help="optimizer steps per block")
     parser.add_argument("--rounds", type=int, default=SPLIT_ROUNDS,

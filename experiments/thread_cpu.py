@@ -3,7 +3,7 @@
 An every-step save costs the training step through more than the save call: the lazy
 copier, the saver process's sender and listener (or the saver thread) run Python in the
 training process beside the step, and the saver process takes CPU on the other core.
-`python -m bench.save_profile` reports each per save from two readings of this module's
+`python -m experiments.save_profile` reports each per save from two readings of this module's
 `CpuReading`, taken around a block of steps without a profiler.
 
 /proc counts CPU in clock ticks (1/SC_CLK_TCK s, 10 ms on Linux here), so a reading is

@@ -123,15 +123,11 @@ def test_loads_and_checkpoint_every_step_are_measured(bench):
     runs = [result["every_step"]["default_model"], result["every_step"]["default_model_saver_process"]]
     assert [run["saver"] for run in runs] == ["thread", "process"]
     assert runs[0]["steps_per_s_without_saves"] == runs[1]["steps_per_s_without_saves"]
-    for kind in ("bound", "floor", "commit_floor", "deepspeed_floor"):  # the same blocks,
-        # once for both savers
+    for kind in ("bound", "floor"):  # the same blocks, once for both savers
         assert runs[0][f"{kind}_block_ratios"] == runs[1][f"{kind}_block_ratios"]
     for run in runs:  # shared blocks without saves and with the bound; its own with saves
         _every_step_is_measured(run)
         assert run["blocks"] == 4 == result["settings"]["every_step_blocks"]
-    # The saver process's worker side (its saves dropped): measured once, for that saver only.
-    assert "worker_side_throughput_ratio" not in runs[0]
-    _kind_is_measured(runs[1], "worker_side")
     assert result["every_step"]["large_model"] == {"skipped": "--quick"}
     [point] = result["sweep"]["points"]
     assert point["methods"] == result["methods"] and point["bounds"] == result["bounds"]
@@ -139,8 +135,8 @@ def test_loads_and_checkpoint_every_step_are_measured(bench):
 
 @pytest.mark.slow
 def test_the_printed_every_step_lines_say_what_the_json_says(bench):
-    """bench.report.every_step_lines: one line per run, its ratios as measured; the worker
-    side only on the saver process's line; the skipped large model says why."""
+    """bench.report.every_step_lines: one line per run, its ratios as measured; the skipped
+    large model says why."""
     from bench.report import every_step_lines
 
     proc, result, _ = bench
@@ -152,16 +148,10 @@ def test_the_printed_every_step_lines_say_what_the_json_says(bench):
         run, line = result["every_step"][name], lines[f"checkpoint every step, {name}"]
         assert f"({run['mode']}, {run['saver']} saver, " in line
         assert f": {run['throughput_ratio']:.3f}× the throughput without saves" in line
-        assert f"commit floor (baton's files, fsynced and committed, nothing computed): " \
-               f"{run['commit_floor_throughput_ratio']:.3f}×" in line
-        assert f"the DeepSpeed floor (the commit floor after DeepSpeed's save_checkpoint into " \
-               f"an engine that keeps nothing, and the payload): " \
-               f"{run['deepspeed_floor_throughput_ratio']:.3f}×" in line
-        side = "the worker side alone (saves handed to a saver process that drops them): "
-        if run["saver"] == "process":
-            assert f"{side}{run['worker_side_throughput_ratio']:.3f}×" in line
-        else:
-            assert side not in line
+        assert f"the bound (memcpy + one raw write + fsync every step): " \
+               f"{run['bound_throughput_ratio']:.3f}×" in line
+        assert f"the I/O floor (the write + fsync alone, no copy): " \
+               f"{run['floor_throughput_ratio']:.3f}×" in line
         assert line[:80] in proc.stdout  # printed (rich wraps the rest of a long line)
 
 
@@ -181,14 +171,8 @@ def _every_step_is_measured(run: dict) -> None:
         run["steps_per_s_with_saves"] / run["steps_per_s_with_bound"], rel=1e-12)
     low, high = run["throughput_ratio_vs_bound_ci95"]
     assert low <= run["throughput_ratio_vs_bound"] <= high
-    # memcpy + write + fsync; the write + fsync alone; the bound's bytes committed as baton's
-    # files; the same after DeepSpeed's save_checkpoint into an engine that keeps nothing
-    for kind in ("bound", "floor", "commit_floor", "deepspeed_floor"):
+    for kind in ("bound", "floor"):  # memcpy + write + fsync; the write + fsync alone
         _kind_is_measured(run, kind)
-    assert run["deepspeed_floor_files_per_save"] >= 1  # DeepSpeed did hand its files over
-    assert 0 < run["deepspeed_floor_call_s_min"] <= run["deepspeed_floor_call_s_median"]
-    assert run["deepspeed_floor_call_share_of_step"] == pytest.approx(
-        run["deepspeed_floor_call_s_median"] / run["step_s_median"], rel=1e-12)
 
 
 def _kind_is_measured(run: dict, kind: str) -> None:
@@ -199,6 +183,27 @@ def _kind_is_measured(run: dict, kind: str) -> None:
     assert run[f"{kind}_block_ratio_median"] == statistics.median(run[f"{kind}_block_ratios"])
     low, high = run[f"{kind}_throughput_ratio_ci95"]
     assert low <= run[f"{kind}_throughput_ratio"] <= high
+
+
+@pytest.mark.slow
+def test_the_writers_are_compared_on_the_same_bytes_and_the_default_is_named(bench):
+    """bench.writers: both writers timed on one layout (their digests agreed, or the bench
+    would have failed), the gain the ratio of the measured times, the line printed."""
+    from bench.report import writer_lines
+    from ckpt.writers import native_unavailable_reason
+
+    proc, result, _ = bench
+    writers = result["writers"]
+    assert writers["rounds"] == 3 and positive(writers["python"]["min_s"])
+    reason = native_unavailable_reason()
+    assert writers["native_unavailable"] == reason
+    assert writers["default"] == ("python" if reason else "native")
+    if reason is None:
+        assert writers["python_over_native_median"] == pytest.approx(
+            writers["python"]["median_s"] / writers["native"]["median_s"], rel=1e-12)
+    [line] = writer_lines(writers)
+    assert f"the default here: {writers['default']}" in line or "Python writer is the default" in line
+    assert line[:60] in proc.stdout
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """What background work costs the default model's training step, by whether it holds the GIL.
 
-    python -m bench.gil_probe [--duty 0.25] [--rounds 3] [--steps 20] [overrides]
+    python -m experiments.gil_probe [--duty 0.25] [--rounds 3] [--steps 20] [overrides]
 
 Background work runs `duty` of the time, in 25 ms periods, while the default model
 trains: pure-Python work on a thread (which holds the GIL), the same duty of hashing
@@ -158,7 +158,7 @@ def measure(duty: float, rounds: int, steps: int, overrides: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.gil_probe", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.gil_probe", description=__doc__.split("\n\n")[0])
     parser.add_argument("--duty", type=float, default=0.25, help="busy fraction of each 25 ms period")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps per block")

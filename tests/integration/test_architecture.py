@@ -166,3 +166,16 @@ def test_no_flow_module_shadows_a_top_level_package():
     # flows/ on sys.path: a flows/handoff.py would then be imported as `handoff`.
     flow_modules = {p.stem for p in (ROOT / "flows").glob("*.py")}
     assert not flow_modules & set(PACKAGES), sorted(flow_modules & set(PACKAGES))
+
+
+def test_the_product_never_imports_the_experiments():
+    """experiments/ is outside the installed packages (pyproject's find include list), so
+    an import of it from a package would work in a checkout and fail in an install."""
+    importing = []
+    for path in _sized_files(PACKAGES):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            importing += [f"{path.relative_to(ROOT)}: {name}" for name in names
+                          if name.split(".")[0] == "experiments"]
+    assert not importing, "the product imports experiments/:\n" + "\n".join(importing)

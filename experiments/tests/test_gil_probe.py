@@ -1,4 +1,4 @@
-"""`python -m bench.gil_probe`: every kind of background work are measured against blocks
+"""`python -m experiments.gil_probe`: every kind of background work are measured against blocks
 without it, and bad flags are refused in one line."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ BACKWARD = re.compile(r"^backward, median: ([0-9.]+) ms alone, ([0-9.]+) ms besi
 
 
 def probe(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench.gil_probe", *args], cwd=REPO, text=True,
+    return subprocess.run([sys.executable, "-m", "experiments.gil_probe", *args], cwd=REPO, text=True,
                           capture_output=True, timeout=300)
 
 

@@ -17,11 +17,11 @@ import xxhash
 from ckpt.content_hash import ALG, hash_chunks
 from ckpt.writers import get_writer, native_unavailable_reason
 from ckpt.writers.base import ALIGN, PIECE_BYTES
-from ckpt.writers.compare import bench_writers
+from bench.writers import bench_writers
 from ckpt.writers.native import NativeWriter, load_extension
 from ckpt.writers.python_writer import PythonWriter
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXTENSION, WHY_NOT_NATIVE = load_extension()
 # Without the extension the Python writer is still checked against content_hash; the
 # native half of each parity test is what is skipped (and the test below fails loudly).

@@ -1,6 +1,6 @@
 """A save's parts on the training thread, and the step beside the saves, with no profiler.
 
-cProfile (the first blocks of bench.save_profile) slows Python-heavy code, so its
+cProfile (the first blocks of experiments.save_profile) slows Python-heavy code, so its
 milliseconds are shares, not costs. Here each part of the save call is timed by wrapping
 the call on its object for a while (`timed_parts`), and the step's own work (forward,
 backward, optimizer step, which waits for the staging copies) is timed step by step in
