@@ -20,7 +20,6 @@ def prepare_stage(cfg, name: str, locks: contextlib.ExitStack | None = None):
     from stages.model import ensure_model_dir, model_identity_from_dir
     from stages.model import model_dir as model_dir_of
     from stages.preflight import check_stage_inputs
-    from stages.registry import objective_class
     from stages.run_lock import stage_lock
 
     signing.configure(cfg.ckpt.signing_key_env)  # checkpoints read below must be signed too
@@ -44,6 +43,8 @@ def prepare_stage(cfg, name: str, locks: contextlib.ExitStack | None = None):
         return model_dir_of(cfg)
     model_dir = ensure_model_dir(cfg)
     if target is not None:
+        from stages.registry import objective_class  # imports torch: only to resume
+
         parallel = Layout.from_config(cfg).sharding.to_dict()
         identity = model_identity_from_dir(model_dir, objective_class(name).model_class)
         check_resumable(target, name, parallel, identity)

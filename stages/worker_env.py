@@ -3,7 +3,14 @@ built-in model's creator): this process's, plus what DeepSpeed needs on CPU, plu
 kernel pinning of `repro.mode` (core.repro), which must be there before torch loads."""
 from __future__ import annotations
 
+import glob
+import importlib.util
 import os
+import re
+import sys
+from pathlib import Path
+
+GPU_DEVICES = ("/dev/nvidia[0-9]*", "/dev/kfd")
 
 
 def worker_env(repro=None) -> dict:
@@ -11,12 +18,7 @@ def worker_env(repro=None) -> dict:
     from core.repro import process_env
 
     env = dict(os.environ)
-    try:
-        import torch
-        has_gpu = torch.cuda.is_available()
-    except ImportError:
-        has_gpu = False
-    if not has_gpu:
+    if not has_gpu():
         env.setdefault("DS_ACCELERATOR", "cpu")
     from stages.prebuild import extensions_dir
 
@@ -30,3 +32,24 @@ def worker_env(repro=None) -> dict:
     env.setdefault("PYTHONHASHSEED", "0")
     env.update(process_env(repro) if repro is not None else {})
     return env
+
+
+def has_gpu() -> bool:
+    """Whether torch can use a GPU here. A launcher computes nothing, and importing torch
+    only to ask would cost every launch about a second of CPU, so without torch loaded the
+    answer is read off its build (torch/version.py: a CUDA or ROCm version) and the
+    machine's GPU device nodes. A wrong "yes" is harmless: DeepSpeed then picks its
+    accelerator itself, and falls back to the CPU."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"].cuda.is_available()
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    version = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    built = version.read_text() if version.is_file() else ""
+    return built_for_gpu(built) and any(glob.glob(pattern) for pattern in GPU_DEVICES)
+
+
+def built_for_gpu(version_py: str) -> bool:
+    """torch/version.py names a CUDA or ROCm (hip) version: `cuda: Optional[str] = '12.4'`."""
+    return re.search(r"^(cuda|hip)\b[^=\n]*=\s*['\"]", version_py, re.MULTILINE) is not None

@@ -25,6 +25,9 @@ def add_arguments(parser) -> None:
                       help="measured saves per method (>= 3)")
     ckpt.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the results")
     ckpt.add_argument("--plot", type=Path, default=None, metavar="PATH", help="write a PNG")
+    ckpt.add_argument("--markdown", type=Path, default=None, metavar="PATH",
+                      help="write the headline numbers and the machine as markdown "
+                      "(a dated docs/results/ document)")
     ckpt.add_argument("--quick", action="store_true",
                       help="skip the checkpoint-every-step run on the large model")
     ckpt.add_argument("--every-step-blocks", type=int, default=None, metavar="N",
@@ -108,6 +111,9 @@ def main(args) -> int:
     with stdout_to_stderr():  # library chatter must not land between the tables
         result = run_bench(options)
     print_report(result)
+    if args.markdown is not None:
+        from bench.markdown import markdown
+        args.markdown.write_text(markdown(result))
     # With MLflow on and no path given, the JSON and PNG are made only to be logged.
     with tempfile.TemporaryDirectory(prefix="baton-bench-out-") as scratch:
         files = [options.json_path or Path(scratch) / "bench-ckpt.json",

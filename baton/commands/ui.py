@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -22,16 +24,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from core.config import compose
+    from core.server_guard import guarded
     from lineage.mlflow_server import server_command
     from lineage.urls import artifact_root, mlflow_uri, safe_url
     cfg = compose(args.overrides)
     uri, root = mlflow_uri(cfg), artifact_root(cfg)
     Path(root).mkdir(parents=True, exist_ok=True)
     print(f"MLflow UI for {safe_url(uri)} at http://127.0.0.1:{args.port} (Ctrl-C to stop)")
-    process = subprocess.Popen(server_command(uri, root, args.port))
+    # The server runs under core.server_guard, which stops everything MLflow starts when
+    # this process is stopped or dies. MLflow's job runner (huey consumers) serves GenAI
+    # jobs the UI of a training run never submits: not started.
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    guard = subprocess.Popen(guarded(server_command(uri, root, args.port)), env=env)
+    stopped: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # SIGINT arrives as KeyboardInterrupt
+        signal.signal(sig, lambda number, _frame: stopped.append(number))
     try:
-        return process.wait()
+        while not stopped:
+            try:
+                return guard.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                continue
     except KeyboardInterrupt:
-        process.terminate()
-        process.wait(timeout=10)
-        return 0
+        pass
+    guard.terminate()  # the guard stops the server and all it started, then exits
+    guard.wait()
+    return 0

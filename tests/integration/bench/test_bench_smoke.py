@@ -36,6 +36,7 @@ def bench(tmp_path_factory):
     proc = run_baton("bench", "ckpt", "--size-gb", "0.004", "--rounds", "3", "--quick",
                      "--every-step-blocks", "4",  # one more than --quick's, to see it taken
                      "--json", str(tmp / "bench.json"), "--plot", str(tmp / "bench.png"),
+                     "--markdown", str(tmp / "bench.md"),
                      "--dir", str(work), env={"MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlflow.db"},
                      check=True, timeout=300)
     return proc, json.loads((tmp / "bench.json").read_text()), tmp
@@ -204,6 +205,23 @@ def test_the_writers_are_compared_on_the_same_bytes_and_the_default_is_named(ben
     [line] = writer_lines(writers)
     assert f"the default here: {writers['default']}" in line or "Python writer is the default" in line
     assert line[:60] in proc.stdout
+
+
+@pytest.mark.slow
+def test_the_markdown_names_the_machine_and_carries_the_measured_numbers(bench):
+    """bench.markdown: what docs/results/ and the README's checkpoint table are made of."""
+    _, result, tmp = bench
+    text = (tmp / "bench.md").read_text()
+    assert text.startswith("# Checkpoint saves, ")
+    assert f"`baton bench ckpt --size-gb 0.004 --rounds 3 --quick" in text
+    assert result["machine"]["cpu_model"] in text
+    rows = {row["name"]: row for row in result["methods"]}
+    native = rows.get("baton async (native writer)")
+    row = native if native is not None else rows["baton async (python writer)"]
+    assert (f"| {row['name']} | {row['step_stall_s_min']:.3g} / {row['step_stall_s_median']:.3g} | "
+            f"{row['step_stall_over_dcp_async_min']:.3g}× / "
+            f"{row['step_stall_over_dcp_async_median']:.3g}× | ") in text
+    assert f"the default here: {result['writers']['default']}" in text or "not built" in text
 
 
 @pytest.mark.slow
