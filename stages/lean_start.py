@@ -33,6 +33,9 @@ def hidden(module: str):
 def main(argv: list[str]) -> None:
     with hidden("mlflow"):
         import deepspeed  # noqa: F401  (imported for its side effect: no mlflow inside)
+    from core import loopback
+    if loopback.wanted():  # a single-node launch: any store a worker hosts stays local
+        loopback.serve_stores_on_loopback()
     module, sys.argv = argv[0], argv
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 

@@ -138,9 +138,14 @@ def _exit(reason: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     hold()
+    argv = sys.argv[1:] if argv is None else argv
+    if "--standalone" in argv:  # one node: nothing of the run listens beyond loopback
+        from core import loopback
+        os.environ.update(loopback.loopback_environment())  # the workers inherit it
+        loopback.serve_stores_on_loopback()
     from torch.distributed.run import main as torchrun
 
-    torchrun(sys.argv[1:] if argv is None else argv)
+    torchrun(argv)
 
 
 if __name__ == "__main__":

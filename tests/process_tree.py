@@ -83,3 +83,29 @@ def kill_tree(proc: subprocess.Popen, known: list[ProcessIdentity] = ()) -> None
     if proc.poll() is None:
         proc.kill()
     proc.wait()
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "::ffff:127.0.0.1")
+
+
+def listeners(pids) -> list[tuple[str, int, str]]:
+    """(address:port, pid, command line) of every listening TCP socket and every bound UDP
+    socket owned by one of `pids` (psutil, read while they run)."""
+    import psutil
+
+    found = []
+    for pid in pids:
+        try:
+            sockets = psutil.Process(pid).net_connections(kind="inet")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        for sock in sockets:
+            udp = sock.type == 2  # SOCK_DGRAM: bound, no peer
+            if (sock.status == psutil.CONN_LISTEN or (udp and not sock.raddr)) and sock.laddr:
+                found.append((f"{sock.laddr.ip}:{sock.laddr.port}", pid, command_line(pid)[:120]))
+    return found
+
+
+def exposed(pids) -> list[tuple[str, int, str]]:
+    """The listeners of `pids` that are not bound to a loopback address."""
+    return [entry for entry in listeners(pids) if entry[0].rsplit(":", 1)[0] not in LOOPBACK_HOSTS]

@@ -1,28 +1,13 @@
-"""With rl.ray.address unset the stage starts its own Ray instance: every socket Ray (and
-the launcher, its driver) listens on is bound to 127.0.0.1 (read from `ss` while the stage runs, for the processes of the
-stage's own tree), no dashboard is started, and nothing of it is left afterwards."""
+"""With rl.ray.address unset the stage starts its own Ray instance: every socket of the
+stage's process tree (Ray, the launcher as its driver, the trainer's torchrun agent and
+worker) listens on 127.0.0.1 only (read with psutil while the stage runs), no dashboard
+is started, and nothing of it is left afterwards."""
 from __future__ import annotations
-
-import subprocess
 
 import pytest
 
-from tests.process_tree import command_line, descendants, kill_tree, start_baton, wait_until
-
-LOOPBACK = ("127.0.0.1:", "[::ffff:127.0.0.1]:")
-
-
-def listening(pids: set[int]) -> list[tuple[str, int]]:
-    """(local address, pid) of every TCP/UDP socket in LISTEN state owned by one of `pids`."""
-    out = subprocess.run(["ss", "-H", "-lntup"], capture_output=True, text=True, check=True).stdout
-    found = []
-    for line in out.splitlines():
-        fields = line.split()
-        for pid in pids:
-            if f"pid={pid}," in line:
-                found.append((fields[4], pid))
-    return found
-
+from tests.process_tree import (command_line, descendants, exposed, kill_tree, listeners,
+                                start_baton, wait_until)
 
 @pytest.mark.slow
 def test_the_embedded_ray_instance_listens_on_loopback_only_and_is_stopped(tmp_path):
@@ -42,14 +27,15 @@ def test_the_embedded_ray_instance_listens_on_loopback_only_and_is_stopped(tmp_p
         # means it runs minimal, without the web frontend.
         heads = [command_line(p.pid) for p in seen if "dashboard/dashboard.py" in command_line(p.pid)]
         assert all("--minimal" in h and "--disable-frontend" in h for h in heads), heads
-        # The Ray instance and the launcher (a Ray driver). torchrun's rendezvous store in
-        # the trainer's agent is not Ray's, and binds as torch.distributed decides.
-        trainer = ("stages.lifeline", "stages.worker")
-        ray_side = {p.pid for p in seen if not any(t in command_line(p.pid) for t in trainer)}
-        sockets = listening(ray_side | {proc.pid})
-        assert sockets, "found no listening socket of the Ray instance"
-        exposed = [(addr, command_line(pid)[:60]) for addr, pid in sockets if not addr.startswith(LOOPBACK)]
-        assert not exposed, exposed
+        # The Ray instance, the launcher (a Ray driver) and the trainer (torchrun's agent,
+        # its rendezvous stores, the worker): the whole tree, TCP and UDP.
+        pids = {proc.pid, *(p.pid for p in seen)}
+        trainer = [p.pid for p in seen if "stages.lifeline" in command_line(p.pid)]
+        assert trainer and any(pid in trainer for _, pid, _ in listeners(pids)), \
+            "found no listening socket of the trainer's agent"
+        assert any("raylet" in command for _, _, command in listeners(pids)), \
+            "found no listening socket of the Ray instance"
+        assert not exposed(pids), f"listening beyond loopback: {exposed(pids)}"
         assert proc.wait(timeout=300) == 0, (tmp_path / "log").read_text()[-3000:]
         # Ray's processes are stopped by the stage (ray.shutdown), not by this test.
         wait_until(lambda: not [p for p in seen if p.alive()], 30,
