@@ -1,6 +1,7 @@
 """A single-node stage listens on loopback only: every listening TCP socket and bound UDP
 socket of the launcher's whole process tree (torchrun's agent and its rendezvous stores,
-the workers, gloo) is on 127.0.0.1, read with psutil while two workers train. The check
+the workers, gloo, the saver processes and their own group) is on 127.0.0.1, read with
+psutil while two workers train and save. The check
 itself is shown to catch the exposure it looks for: plain `torchrun --standalone` hosts
 its stores on every interface. (The RL stage's Ray roles: tests/integration/rl/
 test_ray_loopback.py.)"""
@@ -21,12 +22,13 @@ pytestmark = pytest.mark.slow
 def test_a_single_node_stage_with_two_workers_listens_on_loopback_only(tmp_path):
     metrics = tmp_path / "cpt" / "metrics.jsonl"
     proc = start_baton(tmp_path / "log", "stage", "cpt", f"run.dir={tmp_path}",
-                       "parallel.world_size=2", "stage.max_steps=400", "stage.save_every=100",
-                       "stage.eval_every=1000")
+                       "parallel.world_size=2", "stage.max_steps=400", "stage.save_every=2",
+                       "stage.eval_every=1000", "ckpt.saver=process")
     tree = []
     try:
-        wait_until(lambda: metrics_lines(metrics) >= 2 or proc.poll() is not None, 240,
-                   what="two training steps")
+        saved = tmp_path / "cpt" / "checkpoints" / "latest"
+        wait_until(lambda: (metrics_lines(metrics) >= 3 and saved.exists()) or proc.poll() is not None,
+                   240, what="three training steps and a committed save")
         assert proc.poll() is None, (tmp_path / "log").read_text()[-3000:]
         tree = descendants(proc.pid)
         pids = {proc.pid, *(p.pid for p in tree)}
