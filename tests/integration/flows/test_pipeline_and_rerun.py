@@ -36,6 +36,10 @@ def pipeline_run(tmp_path_factory):
 def test_the_pipeline_records_four_handoffs_with_criterion_step_and_entropy(pipeline_run):
     run_dir, stdout = pipeline_run
     assert "pipeline run #1 completed" in stdout
+    # The last lines name the commands to run next on this very run, ready to copy.
+    assert f"  baton report {run_dir}\n" in stdout and f"  baton ui run.dir={run_dir}\n" in stdout
+    for handoff_id in (1, 2, 3, 4):
+        assert f"  baton rerun --handoff {handoff_id} run.dir={run_dir}" in stdout
     shown = run_baton("lineage", "show", "--json", f"run.dir={run_dir}", check=True)
     tree = json.loads(shown.stdout)
     text = json.dumps(tree)
