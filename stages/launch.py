@@ -23,7 +23,8 @@ from stages.nodes import node_file, node_suffix, rendezvous_args
 from stages.run_files import RESULT
 from stages.run_lock import stage_lock
 from stages.worker_env import worker_env
-from stages.worker_output import WorkerOutput, killed_by_signal, python_error
+from stages.worker_output import (WorkerOutput, killed_by_signal, python_error,
+                                  rank_zero_killed)
 
 ERROR_FILE = "worker_error.json"
 PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
@@ -117,7 +118,7 @@ def _failure(stage: str, returncode: int, output: WorkerOutput, error_file: Path
         return StageFailed(stage, returncode, output.where() + ", with the traceback", cause=(
             f"a worker raised an unexpected {unexpected}; this is a bug in baton or a library "
             "it uses, not in your input"))
-    killed = killed_by_signal(output.tail)
+    killed = killed_by_signal(output.tail) or rank_zero_killed(returncode)
     reason = f"{killed}: killed from outside, out of memory, or crashed" if killed else None
     return StageFailed(stage, returncode, output.where(), infrastructure=True, reason=reason)
 

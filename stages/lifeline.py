@@ -17,6 +17,10 @@ The launcher also writes a random nonce into launch.json and passes it down as
 BATON_LAUNCH_NONCE: a worker refuses a launch file that another launcher rewrote.
 
 `python -m stages.lifeline TORCHRUN-ARGS` is torchrun (the agent) with both in place.
+One process on one node (`--standalone --nproc-per-node=1`) needs no agent: there is no
+group to rendezvous and nothing to restart, so the lifeline gives that worker torchrun's
+environment and becomes it (exec). That saves every such launch torchrun's import of
+torch and its rendezvous; the worker ties itself to the launcher as any worker does.
 """
 from __future__ import annotations
 
@@ -137,15 +141,43 @@ def _exit(reason: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    hold()
     argv = sys.argv[1:] if argv is None else argv
     if "--standalone" in argv:  # one node: nothing of the run listens beyond loopback
         from core import loopback
         os.environ.update(loopback.loopback_environment())  # the workers inherit it
+        if "--nproc-per-node=1" in argv:
+            become_the_only_worker(argv)  # does not return
         loopback.serve_stores_on_loopback()
+    hold()
     from torch.distributed.run import main as torchrun
 
     torchrun(argv)
+
+
+def become_the_only_worker(argv: list[str]) -> None:
+    """Exec the one worker of a one-process launch with the variables torchrun would give
+    it. This process's pid, parent and lifeline chain stay the worker's, so the worker's
+    own `hold()` ties it to the launcher, and the launcher sees its exit status directly."""
+    command = argv[argv.index("-m") + 1:]
+    os.environ.update(single_worker_environment())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-u", "-m", *command])
+
+
+def single_worker_environment() -> dict[str, str]:
+    """What torchrun's agent sets for rank 0 of a world of one (torch.distributed.run)."""
+    import socket
+
+    with socket.socket() as probe:  # rank 0 hosts its store here (on 127.0.0.1: core.loopback)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    one = {name: "1" for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE",
+                                  "ROLE_WORLD_SIZE")}
+    zero = {name: "0" for name in ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK",
+                                   "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS")}
+    return {**one, **zero, "ROLE_NAME": "default", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": secrets.token_hex(8)}
 
 
 if __name__ == "__main__":

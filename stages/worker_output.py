@@ -149,9 +149,18 @@ def killed_by_signal(tail) -> str | None:
     match = _ROOT_CAUSE.search("".join(tail))
     if match is None or int(match.group(2)) >= 0:
         return None
-    number = -int(match.group(2))
+    return _killed(int(match.group(1)), -int(match.group(2)))
+
+
+def rank_zero_killed(returncode: int | None) -> str | None:
+    """The same, from the exit status of a one-process launch (no agent reports it: the
+    launched process is the worker, stages.lifeline)."""
+    return _killed(0, -returncode) if returncode is not None and returncode < 0 else None
+
+
+def _killed(rank: int, number: int) -> str:
     try:
         name = signal.Signals(number).name
     except ValueError:
         name = "unknown"
-    return f"rank {match.group(1)} was killed by signal {number} ({name})"
+    return f"rank {rank} was killed by signal {number} ({name})"

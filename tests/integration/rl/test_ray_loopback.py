@@ -1,6 +1,6 @@
 """With rl.ray.address unset the stage starts its own Ray instance: every socket of the
-stage's process tree (Ray, the launcher as its driver, the trainer's torchrun agent and
-worker) listens on 127.0.0.1 only (read with psutil while the stage runs), no dashboard
+stage's process tree (Ray, the launcher as its driver, the trainer worker and the
+store its rank 0 hosts) listens on 127.0.0.1 only (read with psutil while the stage runs), no dashboard
 is started, and nothing of it is left afterwards."""
 from __future__ import annotations
 
@@ -27,12 +27,12 @@ def test_the_embedded_ray_instance_listens_on_loopback_only_and_is_stopped(tmp_p
         # means it runs minimal, without the web frontend.
         heads = [command_line(p.pid) for p in seen if "dashboard/dashboard.py" in command_line(p.pid)]
         assert all("--minimal" in h and "--disable-frontend" in h for h in heads), heads
-        # The Ray instance, the launcher (a Ray driver) and the trainer (torchrun's agent,
-        # its rendezvous stores, the worker): the whole tree, TCP and UDP.
+        # The Ray instance, the launcher (a Ray driver) and the trainer (the worker, whose
+        # rank 0 hosts the group's store): the whole tree, TCP and UDP.
         pids = {proc.pid, *(p.pid for p in seen)}
-        trainer = [p.pid for p in seen if "stages.lifeline" in command_line(p.pid)]
+        trainer = [p.pid for p in seen if "stages.worker" in command_line(p.pid)]
         assert trainer and any(pid in trainer for _, pid, _ in listeners(pids)), \
-            "found no listening socket of the trainer's agent"
+            "found no listening socket of the trainer (its rank 0 hosts the group's store)"
         assert any("raylet" in command for _, _, command in listeners(pids)), \
             "found no listening socket of the Ray instance"
         assert not exposed(pids), f"listening beyond loopback: {exposed(pids)}"

@@ -38,3 +38,4 @@ def test_an_imported_module_is_left_alone():
     with hidden("json"):
         import json as inside  # noqa: F401
     assert inside is json and sys.modules["json"] is json
+
