@@ -13,7 +13,6 @@ processes (SIGTERM, then SIGKILL after a grace period) and exits.
 """
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -51,25 +50,18 @@ class Guardian:
 def _stop(covered: list[tuple[int, str]]) -> None:
     alive = [pid for pid, ticks in covered if _same(pid, ticks)]
     for pid in alive:
-        _signal(pid, signal.SIGTERM)
+        processes.send_signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + GRACE_S
     while alive and time.monotonic() < deadline:
         time.sleep(0.1)
         alive = [pid for pid in alive if processes.start_ticks(pid) is not None]
     for pid in alive:
-        _signal(pid, signal.SIGKILL)
+        processes.send_signal(pid, signal.SIGKILL)
 
 
 def _same(pid: int, ticks: str) -> bool:
     now = processes.start_ticks(pid)
     return now is not None and str(now) == ticks
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def main() -> int:

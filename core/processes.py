@@ -40,6 +40,14 @@ def start_ticks(pid: int) -> Optional[int]:
     return int(fields[19])  # field 22 of the man page; fields[0] is field 3
 
 
+def send_signal(pid: int, sig: int) -> None:
+    """`os.kill` that treats an already exited pid as done."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def parent_of(pid: int) -> Optional[int]:
     fields = _stat_fields(pid)
     return int(fields[1]) if fields is not None else None

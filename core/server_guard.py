@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from core.processes import send_signal
+
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 GRACE_SECONDS = 3.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -59,19 +61,12 @@ def stop_all(grace: float = GRACE_SECONDS) -> None:
     """SIGTERM to every descendant of this process, then SIGKILL to the rest."""
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 1.0)):
         for pid in descendants(os.getpid()):
-            _signal(pid, sig)
+            send_signal(pid, sig)
         deadline = time.monotonic() + wait
         while descendants(os.getpid()) and time.monotonic() < deadline:
             _reap()
             time.sleep(0.05)
         _reap()
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _reap() -> None:
