@@ -8,9 +8,9 @@ from pathlib import Path
 
 from core.config.schema import ModelConfig, ReproConfig
 from core.repro import apply_in_process
-from stages.model import _create_builtin
+from stages.model import create_builtin
 
 if __name__ == "__main__":
     directory, spec, seed, repro = sys.argv[1:5]
     apply_in_process(ReproConfig(**json.loads(repro)))  # its variables came from the parent
-    _create_builtin(ModelConfig(**json.loads(spec)), int(seed), Path(directory))
+    create_builtin(ModelConfig(**json.loads(spec)), int(seed), Path(directory))

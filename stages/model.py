@@ -46,7 +46,7 @@ def _create_builtin_pinned(cfg: BatonConfig, directory: Path) -> None:
 
     if runs_pinned(cfg.repro):
         apply_in_process(cfg.repro)  # threads and deterministic kernels (a repeat is harmless)
-        _create_builtin(cfg.model, cfg.seed, directory)
+        create_builtin(cfg.model, cfg.seed, directory)
         return
     import subprocess
     import sys
@@ -57,7 +57,7 @@ def _create_builtin_pinned(cfg: BatonConfig, directory: Path) -> None:
                    env=worker_env(cfg.repro), check=True, capture_output=True)
 
 
-def _create_builtin(spec: ModelConfig, seed: int, directory: Path) -> None:
+def create_builtin(spec: ModelConfig, seed: int, directory: Path) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -14,11 +14,14 @@ from stages.rl_roles.source import sample_seeds
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
+    """The built-in model, made in this process (unit tests start none): which kernels
+    initialised it does not matter to what these tests compare."""
     from core.config.compose import compose
-    from stages.model import ensure_model_dir
+    from stages.model import create_builtin, builtin_model_dir
 
     cfg = compose([f"run.dir={tmp_path_factory.mktemp('model')}"])
-    return ensure_model_dir(cfg)
+    create_builtin(cfg.model, cfg.seed, builtin_model_dir(cfg))
+    return builtin_model_dir(cfg)
 
 
 def test_sample_seeds_depend_on_step_prompt_and_sample_only():
