@@ -34,8 +34,8 @@ def init_single_rank(parallel_cfg) -> None:
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     os.environ.update(single_rank_environment())  # a bench is one rank, whatever the shell says
     from core import loopback
-    os.environ.update(loopback.loopback_environment())  # its store and gloo: 127.0.0.1 only
-    loopback.serve_stores_on_loopback()
+    os.environ.update(loopback.listen_environment(loopback.LOOPBACK))  # its store and gloo
+    loopback.serve_stores_on(loopback.LOOPBACK)
     from stages.prebuild import extensions_dir
     # The CPU comm op `make install` built, as the stage workers use it: otherwise DeepSpeed
     # JIT-compiles it into the home cache behind a lock file, which a process killed

@@ -82,8 +82,9 @@ def make_runner(conn: Connection, settings: dict):
     group = settings["group"]
     if group is not None:  # the savers' own gloo group: never a training collective
         from core import loopback
-        if loopback.wanted():  # a single-node run: rank 0's store on 127.0.0.1 only
-            loopback.serve_stores_on_loopback()
+        address = loopback.wanted()
+        if address:  # rank 0's store listens where the launch listens
+            loopback.serve_stores_on(address)
         dist.init_process_group("gloo", init_method=f"tcp://{group['addr']}:{group['port']}",
                                 rank=settings["rank"], world_size=settings["world"],
                                 timeout=timedelta(seconds=group["timeout_s"]))

@@ -34,8 +34,9 @@ def main(argv: list[str]) -> None:
     with hidden("mlflow"):
         import deepspeed  # noqa: F401  (imported for its side effect: no mlflow inside)
     from core import loopback
-    if loopback.wanted():  # a single-node launch: any store a worker hosts stays local
-        loopback.serve_stores_on_loopback()
+    address = loopback.wanted()
+    if address:  # any store a worker hosts listens where the launch listens
+        loopback.serve_stores_on(address)
     module, sys.argv = argv[0], argv
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 

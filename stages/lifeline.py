@@ -141,17 +141,35 @@ def _exit(reason: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from core import loopback
+
     argv = sys.argv[1:] if argv is None else argv
-    if "--standalone" in argv:  # one node: nothing of the run listens beyond loopback
-        from core import loopback
-        os.environ.update(loopback.loopback_environment())  # the workers inherit it
-        if "--nproc-per-node=1" in argv:
-            become_the_only_worker(argv)  # does not return
-        loopback.serve_stores_on_loopback()
+    address = listen_address(argv)
+    if address is not None:  # the workers inherit where to listen
+        os.environ.update(loopback.listen_environment(address))
+    if "--standalone" in argv and "--nproc-per-node=1" in argv:
+        become_the_only_worker(argv)  # does not return
+    if address is not None:
+        loopback.serve_stores_on(address)
+        if "--standalone" not in argv:  # the workers' MASTER_ADDR: this address, not the FQDN
+            argv = [f"--local-addr={address}", *argv]
     hold()
     from torch.distributed.run import main as torchrun
 
     torchrun(argv)
+
+
+def listen_address(argv: list[str]) -> str | None:
+    """Where every store and gloo socket of the launch listens: 127.0.0.1 on one node;
+    across nodes, this node's address on the route to the rendezvous endpoint (on the node
+    that hosts it, the endpoint's own address). None: torch's defaults (no IPv4 route)."""
+    from core import loopback
+
+    if "--standalone" in argv:
+        return loopback.LOOPBACK
+    endpoint = next((arg.split("=", 1)[1] for arg in argv if arg.startswith("--rdzv-endpoint=")),
+                    None)
+    return loopback.address_toward(endpoint.rsplit(":", 1)[0]) if endpoint else None
 
 
 def become_the_only_worker(argv: list[str]) -> None:

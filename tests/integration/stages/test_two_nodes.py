@@ -28,7 +28,7 @@ from ckpt.tiers.plan import TierPlan
 from core.config import compose
 from tests.conftest import metrics, run_baton
 from tests.keeper_process import KeeperProcess
-from tests.process_tree import kill_tree, start_baton, wait_until
+from tests.process_tree import descendants, exposed, kill_tree, listeners, start_baton, wait_until
 
 pytestmark = pytest.mark.slow
 STEPS = 6
@@ -66,6 +66,16 @@ def _saved(logs: list[Path], nodes, name: str) -> bool:
     return any(f"checkpoints/{name} (" in log.read_text() for log in logs)
 
 
+def _listen_only_at_the_endpoint(nodes) -> None:
+    """Both launchers' trees, while they train: the rendezvous store listens on the
+    endpoint, and nothing listens beyond the address that reaches it (loopback here)."""
+    endpoint = next(arg.split("=", 1)[1] for arg in nodes[0].args
+                    if str(arg).startswith("parallel.rdzv_endpoint="))
+    pids = {node.pid for node in nodes} | {p.pid for node in nodes for p in descendants(node.pid)}
+    assert endpoint in {address for address, _, _ in listeners(pids)}, listeners(pids)
+    assert not exposed(pids), f"listening beyond the endpoint's address: {exposed(pids)}"
+
+
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("one-launcher")
@@ -86,6 +96,7 @@ def test_a_node_killed_mid_run_resumes_from_the_peer_tier(straight, tmp_path):
         # The peer copy of step 3 is sent before its save is reported committed.
         wait_until(lambda: _saved(logs, nodes, "step-000003"), timeout=300,
                    what="the save of step 3")
+        _listen_only_at_the_endpoint(nodes)
         kill_tree(nodes[1])  # node 1's launcher, torchrun and worker: the node is lost
         assert nodes[0].wait(timeout=180) != 0  # its peer is gone: node 0's launch fails
         survivor = logs[0].read_text()
