@@ -1,6 +1,7 @@
 """`baton ui` stops everything it started: the MLflow server and every process MLflow
-started (uvicorn and its worker), whether `baton ui` itself is stopped with SIGTERM or
-SIGHUP (a service manager, `kill`, a closed terminal) or SIGKILLed. MLflow's job runner
+started (uvicorn and its worker), whether `baton ui` itself is stopped with SIGTERM,
+SIGINT or SIGHUP (a service manager, `kill`, Ctrl-C, a closed terminal) or SIGKILLed,
+the signal sent to its process alone. MLflow's job runner
 (huey consumers) is not started at all."""
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ def _serving(url: str) -> bool:
         return False
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL],
-                         ids=["SIGTERM", "SIGHUP", "SIGKILL"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL],
+                         ids=["SIGTERM", "SIGINT", "SIGHUP", "SIGKILL"])
 def test_no_process_of_baton_ui_outlives_it(tmp_path, sig):
     port = _free_port()
     log = tmp_path / "ui.log"
