@@ -40,6 +40,7 @@ $(STAMP): pyproject.toml setup.py csrc/native_writer.cpp
 		{ echo "baton: ckpt._native_writer did not build (see pip's output above); fix the" \
 		"build or run with BATON_ALLOW_NO_NATIVE=1 to use the Python writer" >&2; exit 2; }
 	$(BIN)/python -m stages.prebuild
+	$(BIN)/python -m flows.prefect_template
 	touch $(STAMP)
 
 run: install

@@ -14,8 +14,11 @@ def embedded_prefect_env(run_dir: str) -> None:
     from pathlib import Path
 
     if not os.environ.get("PREFECT_API_URL"):
+        from flows.prefect_template import seed_database
+
         home = Path(os.environ.setdefault("PREFECT_HOME", str(Path(run_dir) / ".prefect")))
         home.mkdir(parents=True, exist_ok=True)
+        seed_database(home)  # a migrated database: the server skips the migrations
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # A fresh ephemeral database is migrated at start-up: slow on a busy 2-core machine.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")

@@ -64,6 +64,23 @@ def test_the_pipeline_records_four_handoffs_with_criterion_step_and_entropy(pipe
     assert "entropy_tolerance" in human and "chosen step" in human
 
 
+def test_the_runs_prefect_database_started_from_the_migrated_template(pipeline_run):
+    """`make install` migrated Prefect's database once (flows.prefect_template); the run's
+    ephemeral API started from a copy, at the same migration, and recorded its flow there."""
+    import sqlite3
+
+    from flows.prefect_template import template_path
+
+    run_dir, _ = pipeline_run
+    revision = "SELECT version_num FROM alembic_version"
+    with sqlite3.connect(template_path()) as template:
+        assert template.execute("SELECT count(*) FROM flow_run").fetchone() == (0,)
+        head = template.execute(revision).fetchall()
+    with sqlite3.connect(run_dir / ".prefect" / "prefect.db") as used:
+        assert used.execute(revision).fetchall() == head
+        assert used.execute("SELECT count(*) FROM flow_run").fetchone()[0] >= 1
+
+
 @pytest.fixture(scope="module")
 def second_pipeline_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("pipeline-again")
