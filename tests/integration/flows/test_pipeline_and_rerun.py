@@ -72,6 +72,7 @@ def test_the_runs_prefect_database_started_from_the_migrated_template(pipeline_r
     from flows.prefect_template import template_path
 
     run_dir, _ = pipeline_run
+    assert template_path().is_file(), f"no {template_path()}: `make install` makes it"
     revision = "SELECT version_num FROM alembic_version"
     with sqlite3.connect(template_path()) as template:
         assert template.execute("SELECT count(*) FROM flow_run").fetchone() == (0,)
