@@ -36,19 +36,20 @@ def metrics(run_dir: Path, stage: str) -> dict[int, dict]:
 # (`--no-loadscope-reorder`: xdist would otherwise order modules by their number of tests).
 LONGEST_FIRST = [
     "tests/integration/ckpt/test_resume_is_bit_exact.py",
-    "tests/integration/rl/test_rl_roles.py",
-    "tests/integration/ckpt/test_random_kills_during_saves.py",
     "tests/integration/flows/test_pipeline_and_rerun.py",
+    "tests/integration/ckpt/test_random_kills_during_saves.py",
+    "tests/integration/rl/test_rl_roles.py",
     "tests/integration/flows/test_selection_study.py",
+    "tests/integration/stages/test_rm_and_rl.py",
     "tests/integration/stages/test_two_nodes.py",
     "tests/integration/ckpt/test_adopt_and_export.py",
     "tests/integration/ckpt/test_reshard.py",
-    "tests/integration/ckpt/test_malicious_checkpoints.py",
-    "tests/integration/stages/test_rm_and_rl.py",
-    "tests/integration/repro/test_rerun_names_the_difference.py",
     "tests/integration/test_clear_errors.py",
+    "tests/integration/repro/test_rerun_names_the_difference.py",
+    "tests/integration/ckpt/test_tiers_restore.py",
+    "tests/integration/ckpt/test_malicious_checkpoints.py",
+    "tests/integration/ckpt/test_selective_saves.py",
     "tests/integration/ckpt/test_crash_and_bad_input.py",
-    "tests/integration/bench/test_bench_selective.py",
 ]
 
 
