@@ -58,12 +58,9 @@ def start(address: str | None, namespace: str, dashboard: bool = False) -> RayHa
 
     if address is None:
         ray_constants.ENABLE_RAY_CLUSTER = False  # read at call time; env covers children
-        # num_cpus=0: every role is an actor that asks for no CPU, and the raylet starts
-        # one idle worker per CPU it is given, which no role can use (a role's worker
-        # carries its runtime_env): two Python start-ups per stage for nothing.
         context = ray.init(_node_ip_address=LOOPBACK, include_dashboard=dashboard,
                            dashboard_host=LOOPBACK, namespace=namespace, log_to_driver=False,
-                           configure_logging=False, num_cpus=0)
+                           configure_logging=False)
         return RayHandle(context.address_info["gcs_address"], namespace, True)
     _probe(address)
     try:
