@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from core.processes import send_signal
+from core.processes import parent_of, send_signal, start_ticks
 
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 GRACE_SECONDS = 3.0
@@ -42,13 +42,10 @@ def descendants(pid: int) -> list[int]:
     """Every live process below `pid` (from /proc's parent links), children first."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] not in ("Z", "X"):
-                children.setdefault(int(fields[1]), []).append(int(entry.name))
+        if entry.name.isdigit() and start_ticks(int(entry.name)) is not None:  # not a zombie
+            parent = parent_of(int(entry.name))
+            if parent is not None:
+                children.setdefault(parent, []).append(int(entry.name))
     found, queue = [], list(children.get(pid, []))
     while queue:
         child = queue.pop(0)
