@@ -77,7 +77,7 @@ def apply_in_process(repro) -> None:
     import torch
 
     torch.set_num_threads(repro.threads)
-    torch.use_deterministic_algorithms(True)
+    _use_deterministic_algorithms(torch)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -85,6 +85,18 @@ def apply_in_process(repro) -> None:
     found = torch.backends.cpu.get_cpu_capability()
     if found != LEVELS[repro.isa][1]:
         raise ReproModeNotApplied(repro.isa, found)
+
+
+def _use_deterministic_algorithms(torch) -> None:
+    """`torch.use_deterministic_algorithms(True)`, without its import of the compiler
+    (`torch._inductor.config`, about 1.2 s of CPU per process: a third of a worker's
+    start-up) only to set the compiler's flag. baton never compiles; if anything in the
+    process has imported the compiler already, its flag is set as torch would."""
+    import sys
+    inductor = sys.modules.get("torch._inductor.config")
+    if inductor is not None:
+        inductor.deterministic = True
+    torch._C._set_deterministic_algorithms(True, warn_only=False)
 
 
 def pin_this_process(repro) -> None:
