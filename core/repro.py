@@ -77,7 +77,7 @@ def apply_in_process(repro) -> None:
     import torch
 
     torch.set_num_threads(repro.threads)
-    _use_deterministic_algorithms(torch)
+    use_deterministic_algorithms()
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -87,12 +87,15 @@ def apply_in_process(repro) -> None:
         raise ReproModeNotApplied(repro.isa, found)
 
 
-def _use_deterministic_algorithms(torch) -> None:
+def use_deterministic_algorithms() -> None:
     """`torch.use_deterministic_algorithms(True)`, without its import of the compiler
     (`torch._inductor.config`, about 1.2 s of CPU per process: a third of a worker's
     start-up) only to set the compiler's flag. baton never compiles; if anything in the
     process has imported the compiler already, its flag is set as torch would."""
     import sys
+
+    import torch
+
     inductor = sys.modules.get("torch._inductor.config")
     if inductor is not None:
         inductor.deterministic = True

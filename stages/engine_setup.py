@@ -6,6 +6,7 @@ import os
 import torch
 
 from ckpt.parallel_layout import accumulation_steps
+from core.repro import use_deterministic_algorithms
 
 
 BUCKET_ELEMENTS = 20_000_000
@@ -77,7 +78,7 @@ def init_distributed(parallel_cfg) -> tuple[int, int]:
     # One intra-op thread per rank: 2 cores shared by up to 2 ranks, and reductions
     # whose order does not depend on how many threads happened to be free.
     torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
+    use_deterministic_algorithms()
     ranks_follow_nodes(parallel_cfg)
     deepspeed.init_distributed(dist_backend=backend_for(parallel_cfg.backend))
     return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

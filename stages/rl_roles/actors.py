@@ -16,6 +16,8 @@ import signal
 
 import torch
 
+from core.repro import use_deterministic_algorithms
+
 ROLLOUT, REWARD = "rollout", "reward"
 MAX_RESTARTS = 1000
 
@@ -85,7 +87,7 @@ class RewardActor:
         from stages.tasks import ArithmeticTasks
 
         torch.set_num_threads(1)
-        torch.use_deterministic_algorithms(True)
+        use_deterministic_algorithms()
         if repro is not None:
             apply_in_process(repro)
         self.tasks = ArithmeticTasks(seed, max_operand, heldout_fraction)

@@ -18,6 +18,8 @@ from typing import Protocol
 
 import torch
 
+from core.repro import use_deterministic_algorithms
+
 
 @dataclass(frozen=True)
 class RolloutRequest:
@@ -74,7 +76,7 @@ class CpuRolloutEngine:
         from stages.model import load_model_and_tokenizer
 
         torch.set_num_threads(1)
-        torch.use_deterministic_algorithms(True)
+        use_deterministic_algorithms()
         self.model, self.tokenizer = load_model_and_tokenizer(model_dir, model_class)
         self.model.eval().requires_grad_(False)
         self.version: int | None = None
