@@ -16,11 +16,12 @@ lock their owner no longer holds. Two mechanisms, in the agent and in every work
 The launcher also writes a random nonce into launch.json and passes it down as
 BATON_LAUNCH_NONCE: a worker refuses a launch file that another launcher rewrote.
 
-`python -m stages.lifeline TORCHRUN-ARGS` is torchrun (the agent) with both in place.
-One process on one node (`--standalone --nproc-per-node=1`) needs no agent: there is no
-group to rendezvous and nothing to restart, so the lifeline gives that worker torchrun's
-environment and becomes it (exec). That saves every such launch torchrun's import of
-torch and its rendezvous; the worker ties itself to the launcher as any worker does.
+`python -m stages.lifeline TORCHRUN-ARGS` takes torchrun's arguments, with both in place.
+Only a launch across nodes needs torchrun's agent (rendezvous with the other nodes'
+agents). On one node (`--standalone`) there is no one to meet and nothing to restart:
+one process gets torchrun's environment and the lifeline becomes it (exec); several are
+forked by `stages.fork_agent` from one import of their libraries. Each worker ties
+itself to the chain as any worker does.
 """
 from __future__ import annotations
 
@@ -72,7 +73,9 @@ def torchrun_command(nproc: int, module: str, launch_file: Path,
     """`rendezvous`: torchrun's node arguments (stages.nodes); default one standalone node."""
     rendezvous = rendezvous or ["--standalone", f"--nproc-per-node={nproc}"]
     # stages.lean_start: the workers import DeepSpeed without its optional mlflow import.
-    return [sys.executable, "-m", "stages.lifeline", *rendezvous, "-m", "stages.lean_start",
+    # -u: the workers' step records reach the launcher as they are printed (torchrun runs
+    # its workers with -u; forked ones inherit the agent's streams).
+    return [sys.executable, "-u", "-m", "stages.lifeline", *rendezvous, "-m", "stages.lean_start",
             module, str(launch_file)]
 
 
@@ -92,9 +95,18 @@ def worker_start(launch_path: str | Path) -> dict:
 def hold() -> None:
     """Die with the chain above this process; add this process to the chain its own
     children inherit. Without BATON_LIFELINE (started by hand) there is nothing to hold."""
+    watch = join_chain()
+    if watch is not None:
+        watch()
+
+
+def join_chain():
+    """`hold()` without its watchdog thread: the kernel's tie and the check, now. Returns
+    the function that starts the watchdog (None without a chain), for a process that must
+    fork before it has a second thread (stages.fork_agent)."""
     token = os.environ.get(ENV_CHAIN)
     if not token:
-        return
+        return None
     chain = [processes.ProcessIdentity.from_token(t) for t in token.split(",")]
     parent = chain[-1].pid
     _die_with_parent()
@@ -102,8 +114,8 @@ def hold() -> None:
     if reason:
         _exit(reason)
     os.environ[ENV_CHAIN] = f"{token},{processes.current().token()}"
-    threading.Thread(target=_watch, args=(chain, parent), name="baton-lifeline",
-                     daemon=True).start()
+    return lambda: threading.Thread(target=_watch, args=(chain, parent), name="baton-lifeline",
+                                    daemon=True).start()
 
 
 def _die_with_parent() -> None:
@@ -149,14 +161,22 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.update(loopback.listen_environment(address))
     if "--standalone" in argv and "--nproc-per-node=1" in argv:
         become_the_only_worker(argv)  # does not return
+    if "--standalone" in argv:  # one node, no restarts: fork the ranks from one import
+        from stages import fork_agent
+        watch = join_chain()
+        fork_agent.run(_nproc(argv), argv[argv.index("-m") + 1:], watch or (lambda: None))
+    # Several nodes: torchrun's agent, which meets the other nodes' agents.
     if address is not None:
         loopback.serve_stores_on(address)
-        if "--standalone" not in argv:  # the workers' MASTER_ADDR: this address, not the FQDN
-            argv = [f"--local-addr={address}", *argv]
+        argv = [f"--local-addr={address}", *argv]  # the workers' MASTER_ADDR, not the FQDN
     hold()
     from torch.distributed.run import main as torchrun
 
     torchrun(argv)
+
+
+def _nproc(argv: list[str]) -> int:
+    return int(next(arg.split("=", 1)[1] for arg in argv if arg.startswith("--nproc-per-node=")))
 
 
 def listen_address(argv: list[str]) -> str | None:

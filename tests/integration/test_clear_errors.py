@@ -92,15 +92,15 @@ def test_a_full_disk_during_a_save_is_one_message_and_latest_survives(tmp_path):
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_a_worker_killed_by_a_signal_is_named_as_an_infrastructure_failure(tmp_path, world_size):
     """One process: the launched process is the worker, named by its exit status. Two:
-    named from torchrun's report, which is kept in the log."""
+    named from the agent's report (torchrun's form), which is kept in the log."""
     proc = run_baton("stage", "cpt", f"run.dir={tmp_path}", "stage.max_steps=1",
                      "stage.save_every=1", "debug.crash_in_save_at_step=1",
                      f"parallel.world_size={world_size}")
     _refused(proc, "rank 0 was killed by signal 9 (SIGKILL)", "an infrastructure failure",
              f"{tmp_path / 'cpt' / 'workers.log'}")
     if world_size > 1:
-        assert "ChildFailedError" in (tmp_path / "cpt" / "workers.log").read_text(), \
-            "torchrun's own report is kept in the log"
+        assert "Root Cause (first observed failure)" in (tmp_path / "cpt" / "workers.log").read_text(), \
+            "the agent's report is kept in the log"
 
 
 # -- model.path ---------------------------------------------------------------------------
