@@ -10,11 +10,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 
 from core.errors import BatonError
 
 DEBUG_ENV = "BATON_DEBUG"
+# A Hydra override's key (`stage.max_steps=`, `+x=`, `selection@pipeline.handoffs.a.selection=`):
+# no spaces or slashes, so an option's value such as `--why "pinned MKL_CBWR=X"` or a path
+# with an `=` in it stays an argument.
+OVERRIDE_KEY = re.compile(r"[+~]{0,2}[A-Za-z_][\w.@\-]*=")
 
 # command -> (module, help). Modules are imported only when their command runs, so
 # `baton ckpt verify` does not pay for importing DeepSpeed or MLflow.
@@ -28,6 +33,8 @@ COMMANDS = {
     "report": ("baton.commands.report", "a pipeline run's results as markdown, from its records"),
     "rerun": ("baton.commands.rerun", "re-run a stage from a recorded handoff and compare"),
     "rl": ("baton.commands.rl", "replay: re-apply journaled RL steps and compare | journal show"),
+    "probe": ("baton.commands.probe", "hash each operation a stage computes, compare with a "
+              "recorded probe (another CPU, the golden values) and name what differs"),
     "config": ("baton.commands.config", "print the resolved config for the given overrides"),
     "study": ("baton.commands.study", "selection: RL from each SFT checkpoint; which diagnostic predicts RL"),
     "bench": ("baton.commands.bench", "ckpt: time every checkpoint save method on the same state; "
@@ -50,8 +57,7 @@ def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
     """Separate Hydra overrides (key=value, not starting with '-') from CLI arguments."""
     args, overrides = [], []
     for item in argv:
-        is_override = "=" in item and not item.startswith("-") and "/" not in item.split("=", 1)[0]
-        (overrides if is_override else args).append(item)
+        (overrides if OVERRIDE_KEY.match(item) else args).append(item)
     return args, overrides
 
 

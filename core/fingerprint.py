@@ -17,6 +17,8 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from core.mkl_branch import effective_branch
+
 REPO = Path(__file__).resolve().parents[1]
 # /proc/cpuinfo flags that select different kernels in MKL, oneDNN or ATen.
 ISA_FLAGS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
@@ -59,7 +61,7 @@ def _libraries(torch) -> dict:
     onednn = re.search(r"MKL-DNN (v[\d.]+)", shown)
     blas = re.search(r"BLAS_INFO=(\w+)", shown)
     return {"blas": blas.group(1) if blas else "unknown", "mkl": mkl.group(1) if mkl else None,
-            "onednn": onednn.group(1) if onednn else None}
+            "mkl_branch": effective_branch(), "onednn": onednn.group(1) if onednn else None}
 
 
 def library_versions() -> dict:
@@ -95,6 +97,7 @@ def collect(repro_mode: str, config_hash: str | None) -> dict:
 # What can explain a numeric divergence, most likely first: (label, path in the fingerprint).
 _EXPLAINING = (
     ("repro mode", ("repro_mode",)), ("CPU capability", ("cpu_capability",)),
+    ("MKL code path", ("libraries", "mkl_branch")),
     ("CPU model", ("cpu", "model")), ("ISA flags", ("cpu", "flags")),
     ("threads", ("threads", "intra_op")), ("inter-op threads", ("threads", "inter_op")),
     ("deterministic algorithms", ("deterministic_algorithms",)),

@@ -4,17 +4,20 @@ Floating-point results on CPU depend on the kernels torch dispatches to, and tho
 on the instruction set: an AVX512 machine and an AVX2 machine sum in different orders and
 differ in the last bits after one step, and over a pipeline the handoffs then choose
 different checkpoints. Three libraries choose kernels by ISA, each at its first call:
-- MKL (matmul, BLAS): `MKL_CBWR` is MKL's conditional numerical reproducibility; it runs
-  one code path on every CPU that has the named instructions.
+- MKL (matmul, BLAS): `MKL_CBWR` is MKL's conditional numerical reproducibility. Only its
+  COMPATIBLE branch runs on every vendor's CPU: MKL grants the faster branches (AVX2, …)
+  on Intel CPUs only, and on an AMD CPU falls back to its own dispatch, whose matmuls differ
+  from Intel's AVX2 branch in the last bits (found with `baton probe`, docs/reproducibility.md).
+  So both levels pin MKL to COMPATIBLE, and each process checks the branch MKL reports.
 - ATen's own vectorized kernels (elementwise, reductions, softmax, Adam): `ATEN_CPU_CAPABILITY`
   selects which build of each kernel runs.
 - oneDNN (some convolutions and matmuls): `ONEDNN_MAX_CPU_ISA` caps its JIT kernels.
-`repro.isa` names the level all three are pinned to:
+`repro.isa` names the level ATen and oneDNN are pinned to:
 - `avx2` (the default): the AVX2+FMA builds, the same on every x86 CPU that has AVX2
-  (Intel since Haswell, AMD since Zen), AVX512 ones included. It costs about nothing on an
-  AVX2 machine (docs/reproducibility.md has the measurement).
-- `baseline`: MKL_CBWR=COMPATIBLE, ATen's `default` build, oneDNN SSE4.1: the same on any
-  x86-64 CPU, about 2x slower per step.
+  (Intel since Haswell, AMD since Zen), AVX512 ones included. What it costs against native:
+  `baton bench repro` (docs/reproducibility.md has the measurement).
+- `baseline`: ATen's `default` build, oneDNN SSE4.1: the same on any x86-64 CPU, about 2x
+  slower per step.
 Thread counts are fixed too (a parallel reduction's order depends on them), and torch's
 deterministic algorithms are on. The variables must be in a process's environment before
 torch first dispatches, so the launcher puts them into every worker's and every Ray actor's
@@ -29,6 +32,7 @@ from __future__ import annotations
 import os
 
 from core.errors import BatonError
+from core.mkl_branch import effective_branch
 
 PORTABLE, NATIVE = "portable", "native"
 # The ISA-pinning variables of each portable level (what they do: the module docstring),
@@ -36,12 +40,23 @@ PORTABLE, NATIVE = "portable", "native"
 LEVELS = {
     "baseline": ({"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "default",
                   "ONEDNN_MAX_CPU_ISA": "SSE41", "DNNL_MAX_CPU_ISA": "SSE41"}, "DEFAULT"),
-    "avx2": ({"MKL_CBWR": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
+    "avx2": ({"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "avx2",
               "ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2"}, "AVX2"),
 }
 # cuBLAS picks reduction splits by workspace; a fixed workspace makes them deterministic.
 GPU_DETERMINISM = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+class MklBranchNotApplied(BatonError):
+    def __init__(self, isa: str, found: str):
+        wanted = LEVELS[isa][0]["MKL_CBWR"]
+        super().__init__(
+            f"repro.mode=portable repro.isa={isa}: MKL runs its {found} code path in this process, "
+            f"expected {wanted} (MKL_CBWR={wanted}). MKL read MKL_CBWR before the portable settings "
+            "were in this process's environment, or something changed it since: start the "
+            f"process through `baton`, which sets them first, or export MKL_CBWR={wanted} before it "
+            "starts.")
 
 
 class ReproModeNotApplied(BatonError):
@@ -85,6 +100,9 @@ def apply_in_process(repro) -> None:
     found = torch.backends.cpu.get_cpu_capability()
     if found != LEVELS[repro.isa][1]:
         raise ReproModeNotApplied(repro.isa, found)
+    branch = effective_branch()
+    if branch is not None and branch != LEVELS[repro.isa][0]["MKL_CBWR"]:
+        raise MklBranchNotApplied(repro.isa, branch)
 
 
 def use_deterministic_algorithms() -> None:

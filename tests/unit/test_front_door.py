@@ -38,3 +38,14 @@ def test_no_commit_hash_outside_generated_blocks_but_the_reports_own():
              and any(re.search(r"[a-f]", h) and re.search(r"\d", h) for h in hashes)]
     assert not found, "commit hashes in the README's prose (a diary belongs in docs/results/):\n" + \
         "\n".join(line for line, _ in found)
+
+
+def test_overrides_are_key_value_words_and_option_values_stay_arguments():
+    from baton.cli import split_overrides
+
+    args, overrides = split_overrides(
+        ["probe", "--why", "pinned MKL_CBWR=COMPATIBLE (was AVX2)", "stage.max_steps=4",
+         "+extra.key=1", "selection@pipeline.handoffs.cpt_sft.selection=latest", "./odd=path"])
+    assert args == ["probe", "--why", "pinned MKL_CBWR=COMPATIBLE (was AVX2)", "./odd=path"]
+    assert overrides == ["stage.max_steps=4", "+extra.key=1",
+                         "selection@pipeline.handoffs.cpt_sft.selection=latest"]

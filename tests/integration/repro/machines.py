@@ -4,9 +4,26 @@
   kernels here differ from those, so it tells portable from native everywhere.
 - AVX2_MACHINE: a CPU with AVX2 but no AVX512. On an AVX512 machine it differs from
   native; on an AVX2 machine (such as a 2-core AMD EPYC CI box) it is this machine.
+- other_vendor_machine(): this CPU as MKL would treat the other vendor's (Intel on an AMD
+  machine, AMD on an Intel one). MKL chooses its code paths by vendor as well as by ISA,
+  and that is how an AMD EPYC and an Intel Xeon gave different checkpoints in portable
+  mode (docs/reproducibility.md); a preloaded library answers MKL's vendor check.
 """
+import subprocess
+from pathlib import Path
 
 SSE_MACHINE = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
                "ONEDNN_MAX_CPU_ISA": "SSE41"}
 AVX2_MACHINE = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
                 "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def other_vendor_machine(build_dir: Path) -> dict:
+    """The environment of a process whose MKL takes the other vendor's code paths."""
+    intel_here = "GenuineIntel" in Path("/proc/cpuinfo").read_text()
+    library = build_dir / "mkl_other_vendor.so"
+    if not library.exists():
+        source = Path(__file__).with_name("mkl_other_vendor.c")
+        subprocess.run(["gcc", "-shared", "-fPIC", "-O2", f"-DINTEL={0 if intel_here else 1}",
+                        "-o", str(library), str(source)], check=True)
+    return {"LD_PRELOAD": str(library)}

@@ -17,7 +17,7 @@ def test_portable_pins_every_kernel_library_and_the_threads_native_pins_nothing(
     cfg = compose([])
     assert cfg.repro.mode == "portable" and cfg.repro.isa == "avx2"
     env = process_env(cfg.repro)
-    assert env["MKL_CBWR"] == "AVX2" and env["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert env["MKL_CBWR"] == "COMPATIBLE" and env["ATEN_CPU_CAPABILITY"] == "avx2"
     assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2"
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "1"
     env = process_env(compose(["repro.isa=baseline"]).repro)
@@ -39,12 +39,26 @@ def test_bad_repro_settings_are_named():
 def test_a_worker_started_with_the_variables_runs_the_pinned_kernels():
     script = ("from core.config import compose; from core.repro import apply_in_process;"
               "import torch; cfg = compose(['repro.isa=baseline']); apply_in_process(cfg.repro);"
+              "from core.mkl_branch import effective_branch;"
               "print(torch.backends.cpu.get_cpu_capability(), torch.get_num_threads(),"
-              " torch.are_deterministic_algorithms_enabled())")
+              " torch.are_deterministic_algorithms_enabled(), effective_branch())")
     env = {**LEVELS["baseline"][0], "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                          check=True).stdout.split()
-    assert out[-3:] == ["DEFAULT", "1", "True"]
+    assert out[-4:] == ["DEFAULT", "1", "True", "COMPATIBLE"]
+
+
+def test_a_process_whose_mkl_runs_another_code_path_is_refused():
+    """MKL_CBWR=AVX2 (what portable mode asked for before): an AMD CPU's MKL runs AUTO, an
+    Intel one's the AVX2 branch; either is refused by name, since only COMPATIBLE is the
+    same on both."""
+    script = ("from core.config import compose; from core.repro import apply_in_process;"
+              "apply_in_process(compose([]).repro)")
+    env = {**LEVELS["avx2"][0], "MKL_CBWR": "AVX2", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "MklBranchNotApplied" in proc.stderr and "expected COMPATIBLE" in proc.stderr
+    assert "MKL runs its AUTO code path" in proc.stderr or "MKL runs its AVX2 code path" in proc.stderr
 
 
 def test_a_process_that_already_dispatched_natively_is_refused():
@@ -61,7 +75,7 @@ def _fp(**changes) -> dict:
     base = {"repro_mode": "native", "cpu_capability": "AVX512",
             "cpu": {"model": "Intel Xeon", "flags": ["avx2", "avx512f"]},
             "threads": {"intra_op": 1, "inter_op": 2}, "deterministic_algorithms": True,
-            "libraries": {"blas": "mkl", "mkl": "2024.2", "onednn": "v3.12.0"},
+            "libraries": {"blas": "mkl", "mkl": "2024.2", "mkl_branch": "AVX2", "onednn": "v3.12.0"},
             "env": {"OMP_NUM_THREADS": "1"}, "versions": {"torch": "2.13.0"},
             "code": "abc123", "config_hash": "h1", "gpu": None, "cuda": None}
     for key, value in changes.items():
@@ -71,9 +85,11 @@ def _fp(**changes) -> dict:
 
 def test_differences_name_the_likeliest_cause_first_in_words():
     other = _fp(cpu_capability="AVX2", cpu={"model": "AMD EPYC", "flags": ["avx2"]},
-                env={"OMP_NUM_THREADS": "1", "MKL_CBWR": "COMPATIBLE"})
+                env={"OMP_NUM_THREADS": "1", "MKL_CBWR": "COMPATIBLE"},
+                libraries={"blas": "mkl", "mkl": "2024.2", "mkl_branch": "AUTO", "onednn": "v3.12.0"})
     found = fingerprint.differences(_fp(), other)
     assert found[0] == "CPU capability AVX512 → AVX2"
+    assert found[1] == "MKL code path AVX2 → AUTO"
     assert "CPU model Intel Xeon → AMD EPYC" in found
     assert "ISA flags -avx512f" in found
     assert "MKL_CBWR unset → COMPATIBLE" in found
@@ -106,6 +122,6 @@ def test_every_worker_starts_with_a_fixed_string_hash_seed_and_the_mode_pinning(
     # Set iteration order decides the order torch.save numbers storages in (same values,
     # other bytes, another content digest) unless the hash seed is fixed.
     assert env["PYTHONHASHSEED"] == "0"
-    assert env["MKL_CBWR"] == "AVX2" and env["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert env["MKL_CBWR"] == "COMPATIBLE" and env["ATEN_CPU_CAPABILITY"] == "avx2"
     # Native leaves the kernel variables as this process has them.
     assert worker_env(compose(["repro.mode=native"]).repro).get("MKL_CBWR") == os.environ.get("MKL_CBWR")
