@@ -1,6 +1,7 @@
 """Can this run load that checkpoint as it is? Checked before any worker starts."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from ckpt import manifest as manifest_io
@@ -23,11 +24,18 @@ def differing_keys(saved: dict, current: dict) -> list[str]:
             for k in keys if saved.get(k) != current.get(k)]
 
 
-def check_resumable(directory: str | Path, stage: str, parallel: dict, identity: dict,
-                    checksums: bool = True) -> Manifest:
+def check_resumable(directory: str | Path, stage: str, parallel: dict,
+                    identity: dict | Callable[[], dict], checksums: bool = True, *,
+                    model_files: str | None = None) -> Manifest:
     """Verify the checkpoint, then refuse a different stage, model or layout. `checksums`
     False: structure only, for a loader that checks every byte as it reads it (the
-    single-pass load of `ckpt.checkpointer.load_complete`)."""
+    single-pass load of `ckpt.checkpointer.load_complete`).
+
+    `identity` may be a function that computes it: the launcher's costs an import of torch
+    and transformers (seconds), which it is spared when `model_files` (a digest of the
+    model directory's config and tokenizer files and of the library versions that read
+    them) equals the one the checkpoint's writer recorded: the same inputs give the same
+    identity."""
     directory = Path(directory)
     manifest = manifest_io.verify(directory, checksums=checksums)
     if manifest.adopted is not None:
@@ -36,7 +44,12 @@ def check_resumable(directory: str | Path, stage: str, parallel: dict, identity:
     if manifest.stage != stage:
         raise IncompatibleCheckpoint(directory, f"is a '{manifest.stage}' checkpoint; this is the "
                                      f"'{stage}' stage (start a new stage with stage.init_from=PATH)")
-    model_diff = differing_keys(read_meta(directory, manifest).get("model", {}), identity)
+    meta = read_meta(directory, manifest)
+    if model_files is None or meta.get("model_files") != model_files:
+        current = identity() if callable(identity) else identity
+        model_diff = differing_keys(meta.get("model", {}), current)
+    else:
+        model_diff = []
     if model_diff:
         raise IncompatibleCheckpoint(directory, "model or tokenizer config differs from this run's:\n"
                                      + "\n".join(f"  - {d}" for d in model_diff))

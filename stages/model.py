@@ -118,6 +118,32 @@ def model_identity(model, tokenizer) -> dict:
     return identity
 
 
+# Files whose bytes are weights: they never change a model's identity, and hashing them
+# would cost what the digest below exists to save.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf")
+IDENTITY_LIBRARIES = ("transformers", "tokenizers")
+
+
+def model_files_digest(directory: str | Path) -> str:
+    """What `model_identity_from_dir` reads, as a digest: the directory's files other than
+    weights (config, tokenizer, any code) and the versions of the libraries that read them.
+    Equal digests give equal identities, so a resume can skip computing one (ckpt.compat)."""
+    import hashlib
+    from importlib.metadata import PackageNotFoundError, version
+
+    hasher = hashlib.sha256()
+    for name in IDENTITY_LIBRARIES:
+        try:
+            hasher.update(f"{name}=={version(name)}\n".encode())
+        except PackageNotFoundError:
+            hasher.update(f"{name} absent\n".encode())
+    for path in sorted(Path(directory).iterdir()):
+        if path.is_file() and not path.name.endswith(WEIGHT_SUFFIXES):
+            hasher.update(f"{path.name}\n{path.stat().st_size}\n".encode())
+            hasher.update(path.read_bytes())
+    return "mf1:" + hasher.hexdigest()
+
+
 def model_identity_from_dir(directory: str | Path, model_class) -> dict:
     """`model_identity` of the model a stage trains, without loading weights (used before
     workers start). `model_class`: the stage's objective's `model_class` (stages.registry)."""

@@ -17,7 +17,7 @@ def prepare_stage(cfg, name: str, locks: contextlib.ExitStack | None = None):
     from ckpt.compat import check_resumable
     from ckpt.layout import checkpoints_dir, resolve_resume, stage_dir
     from ckpt.parallel_layout import Layout
-    from stages.model import ensure_model_dir, model_identity_from_dir
+    from stages.model import ensure_model_dir, model_files_digest, model_identity_from_dir
     from stages.model import model_dir as model_dir_of
     from stages.preflight import check_stage_inputs
     from stages.run_lock import stage_lock
@@ -43,10 +43,11 @@ def prepare_stage(cfg, name: str, locks: contextlib.ExitStack | None = None):
         return model_dir_of(cfg)
     model_dir = ensure_model_dir(cfg)
     if target is not None:
-        from stages.registry import objective_class  # imports torch: only to resume
+        def identity() -> dict:  # imports torch and transformers: only when it must
+            from stages.registry import objective_class
+            return model_identity_from_dir(model_dir, objective_class(name).model_class)
 
         parallel = Layout.from_config(cfg).sharding.to_dict()
-        identity = model_identity_from_dir(model_dir, objective_class(name).model_class)
-        check_resumable(target, name, parallel, identity)
+        check_resumable(target, name, parallel, identity, model_files=model_files_digest(model_dir))
     return model_dir
 

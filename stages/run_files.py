@@ -56,9 +56,12 @@ class RunFiles:
               f"lr {record['lr']:.2e} tokens {record['tokens']} {record['seconds']:.2f}s {evals}",
               flush=True)
 
-    def meta(self, launch: dict, identity: dict, parallel: dict) -> dict:
+    def meta(self, launch: dict, identity: dict, parallel: dict, model_files: str | None = None) -> dict:
+        """`model_files`: stages.model.model_files_digest of the model directory, which lets
+        a resume skip recomputing `identity` (ckpt.compat.check_resumable)."""
         return {"config": launch["config"], "config_hash": launch["config_hash"],
-                "model": identity, "model_dir": launch["model_dir"], "parallel": parallel,
+                "model": identity, "model_files": model_files, "model_dir": launch["model_dir"],
+                "parallel": parallel,
                 "versions": library_versions(), "parent": launch.get("parent"),
                 "argv": sys.argv, "environment": self.fingerprint}
 

@@ -32,7 +32,7 @@ from ckpt.state import RngState, TrainingProgress, derived_seed, seed_everything
 from stages import grad_accum, run_files
 from stages.engine_setup import build_engine, init_distributed
 from stages.lifeline import worker_start
-from stages.model import ensure_model_dir, model_identity
+from stages.model import ensure_model_dir, model_files_digest, model_identity
 from stages.registry import objective_class
 from stages.sampler import GlobalSampler
 from stages.tasks import TRAIN, ArithmeticTasks
@@ -74,6 +74,7 @@ class StageWorker:
         model, self.tokenizer = objective_cls.build_model(launch["model_dir"])
         self.init_report = self._init_weights(model, objective_cls.new_head)
         self.identity = model_identity(model, self.tokenizer)
+        self.model_files = model_files_digest(launch["model_dir"])
         tasks = ArithmeticTasks(self.cfg.seed, self.cfg.data.max_operand, self.cfg.data.heldout_fraction)
         self.objective = objective_cls(s, self.tokenizer, tasks)
         self.objective.setup(launch["model_dir"])
@@ -186,7 +187,7 @@ class StageWorker:
         due = due or self.tier_saves.due(self.progress.step, final=True)
         payload = SavePayload(
             progress=self.progress.state_dict(), data=self.sampler.state_dict(),
-            meta=self.files.meta(self.launch, self.identity, self.parallel),
+            meta=self.files.meta(self.launch, self.identity, self.parallel, self.model_files),
             rng=RngState.state_dict(), objective=self.objective.state_dict(),
             extra={"tiers": due} if self.tier_saves.plan.enabled else {})
         if mid_window:
