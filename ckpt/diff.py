@@ -55,6 +55,9 @@ class DiffReport:
     """Informational differences: where and how each checkpoint was made, not what it holds."""
     content_digest_a: str = ""
     content_digest_b: str = ""
+    environment: list[str] = field(default_factory=list)
+    """How the two writers' environment fingerprints differ (core.fingerprint), likeliest
+    cause of a numeric difference first: "CPU capability AVX2 → DEFAULT"."""
 
     @property
     def identical(self) -> bool:
@@ -165,6 +168,16 @@ def _split_only_in(names: set[str], side: str, report: DiffReport) -> list[str]:
     return sorted(rel for rel in names if is_state_file(rel))
 
 
+def _environment_differences(info_a, info_b) -> list[str]:
+    """The fingerprint differences of two meta.json files that both carry one."""
+    env_a, env_b = (info.get("environment") if isinstance(info, dict) else None
+                    for info in (info_a, info_b))
+    if not env_a or not env_b:
+        return []
+    from core.fingerprint import differences
+    return differences(env_a, env_b)
+
+
 def diff_checkpoints(a: str | Path, b: str | Path, atol: float = 0.0) -> DiffReport:
     a, b = Path(a), Path(b)
     ma, mb = manifest_io.verify(a), manifest_io.verify(b)
@@ -181,9 +194,12 @@ def diff_checkpoints(a: str | Path, b: str | Path, atol: float = 0.0) -> DiffRep
             continue  # DeepSpeed's copied helper scripts, not state
         same_bytes = content_hash.identity(fa[rel]) == content_hash.identity(fb[rel])
         if rel in INFORMATIONAL:
-            keys = [] if same_bytes else _differing_keys(_read(ra, rel), _read(rb, rel))
-            if keys:
-                report.notes.append(_note(rel, keys, "how and where it was run, not what it holds"))
+            if not same_bytes:
+                info_a, info_b = _read(ra, rel), _read(rb, rel)
+                keys = _differing_keys(info_a, info_b)
+                if keys:
+                    report.notes.append(_note(rel, keys, "how and where it was run, not what it holds"))
+                report.environment += _environment_differences(info_a, info_b)
             continue
         diff = FileDiff(rel, classify(rel, zero))
         if same_bytes:

@@ -143,7 +143,7 @@ def differences(original: dict | None, rerun: dict | None) -> list[str]:
     for name in sorted(set(versions_a) | set(versions_b)):
         if versions_a.get(name) != versions_b.get(name):
             found.append(f"{name} {_shown(versions_a.get(name))} → {_shown(versions_b.get(name))}")
-    for label, key in (("code", "code"), ("training config hash", "config_hash")):
+    for label, key, width in (("code", "code", None), ("training config hash", "config_hash", 12)):
         if original.get(key) != rerun.get(key):
-            found.append(f"{label} {_shown(original.get(key))[:12]} → {_shown(rerun.get(key))[:12]}")
+            found.append(f"{label} {_shown(original.get(key))[:width]} → {_shown(rerun.get(key))[:width]}")
     return found

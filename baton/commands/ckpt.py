@@ -102,6 +102,7 @@ def _diff(args) -> int:
                           "only_in_b": report.only_in_b, "notes": report.notes,
                           "content_digest_a": report.content_digest_a,
                           "content_digest_b": report.content_digest_b,
+                          "environment_differences": report.environment,
                           "files": [vars(f) for f in report.files]}, indent=2))
         return 0 if report.identical else 1
     for f in report.files:
@@ -113,6 +114,10 @@ def _diff(args) -> int:
     for note in report.notes:
         print(f"note: {note}")
     _print_digests(report)
+    if report.environment:
+        label = "environment differences" if report.identical else \
+            "environment differences that can explain it"
+        print(f"{label}: " + "; ".join(report.environment))
     print("IDENTICAL" if report.identical else "DIFFERENT")
     return 0 if report.identical else 1
 

@@ -83,6 +83,7 @@ def test_native_mode_differs_and_the_fingerprints_say_why(runs):
     proc = run_baton("ckpt", "diff", str(here / FINAL), str(other / FINAL))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "DIFFERENT" in proc.stdout
+    assert "environment differences that can explain it: CPU capability" in proc.stdout
     verdict = compare_runs(here / "cpt" / "metrics.jsonl", other / "cpt" / "metrics.jsonl",
                            here / FINAL, other / FINAL, original_checkpoints=[here / FINAL],
                            rerun_checkpoints=[other / FINAL],
