@@ -42,14 +42,11 @@ def digest(*tensors) -> str:
     return hasher.hexdigest()[:16]
 
 
-def run(cfg: BatonConfig, *, all_reduce: bool = True) -> dict[str, str]:
+def run(cfg: BatonConfig) -> dict[str, str]:
     """Every operation's digest, in battery order. Call it in a process pinned to
     `cfg.repro` (core.repro.pin_this_process)."""
-    found = {}
-    for name, operation in battery(cfg):
-        found[name] = operation()
-    if all_reduce:
-        found["all_reduce gloo sum, world size 2"] = _all_reduce_digest()
+    found = {name: operation() for name, operation in battery(cfg)}
+    found["all_reduce gloo sum, world size 2"] = _all_reduce_digest()
     return found
 
 

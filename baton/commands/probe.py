@@ -9,6 +9,7 @@ golden values change: it writes this machine's probe and short stage with the re
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import sys
@@ -97,7 +98,6 @@ def _short_stage(overrides: list[str]) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="baton-probe-") as run_dir:
         stage_overrides = [*overrides, *SHORT_STAGE, f"run.dir={run_dir}"]
-        import contextlib
         with contextlib.ExitStack() as locks:
             cfg, model_dir = prepare(stage_overrides, "cpt", locks)
             result = launch_stage(cfg, model_dir, None, inputs_checked=True)
