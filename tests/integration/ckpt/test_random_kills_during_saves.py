@@ -8,8 +8,11 @@ workers), so each round pays the start-up (~10 s of Python, torch and DeepSpeed
 imports) and killing the worker instead of the launcher saves nothing. The rounds
 therefore run one worker (`parallel=single`: the commit protocol is rank 0's alone) with
 one micro-batch per step, so that the run is mostly saving, and kill only once this
-round's training is under way, at a random moment within two step periods after a step
-record (which a save follows at once, save_every=1) and its save's commit. The rounds alternate between the
+round's training is under way. Half the rounds kill at a random moment within two step
+periods after a step record (which a save follows at once, save_every=1) and its save's
+commit; the other half at the moment a save is seen in progress (a `step-N.tmp` or
+`step-N.deleting` in the checkpoint directory), so that kills land inside saves however
+a loaded machine stretches the steps against the saves. The rounds alternate between the
 two ways a real crash goes: the launcher SIGKILLed (the lifeline takes torchrun and the
 worker with it at once, freezing the save) and the worker SIGKILLed (torchrun and the
 launcher see it die and fail the stage).
@@ -65,9 +68,28 @@ def _newest_step(root: Path) -> int:
     return step_of(steps[-1].name) if steps else -1
 
 
+def _save_in_progress(root: Path) -> bool:
+    try:
+        return any(name.endswith((".tmp", ".deleting")) for name in os.listdir(root))
+    except FileNotFoundError:
+        return False
+
+
+def _kill_moment(root: Path, rng: random.Random, period: float, aimed: bool) -> None:
+    """Return at the moment to kill: a random one within two step periods, or (`aimed`)
+    the first moment a save is seen in progress within four."""
+    if not aimed:
+        time.sleep(rng.uniform(0, 2 * period))
+        return
+    deadline = time.monotonic() + 4 * period
+    while not _save_in_progress(root) and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
 def _one_round(tmp_path: Path, number: int, common: list[str], rng: random.Random,
                period: float) -> str:
-    """Launch, wait for this round's first step, SIGKILL at a random moment; return the
+    """Launch, wait for this round's first step, SIGKILL at this round's moment (random in
+    rounds 0-1, 4-5, ..., at a save in progress in rounds 2-3, 6-7, ...); return the
     launch's output."""
     metrics, log = tmp_path / "cpt" / "metrics.jsonl", tmp_path / f"round-{number:02d}.log"
     root = tmp_path / "cpt" / "checkpoints"
@@ -81,10 +103,12 @@ def _one_round(tmp_path: Path, number: int, common: list[str], rng: random.Rando
                    or proc.poll() is not None, 300, interval=0.01,
                    what=f"round {number}'s first step and save")
         assert proc.poll() is None, f"round {number} ended unkilled:\n{log.read_text()}"
-        time.sleep(rng.uniform(0, 2 * period))
+        # The launch's processes (its saver process included) all exist once a step is
+        # recorded; listing them first keeps the kill right at the moment chosen.
         tree = descendants(proc.pid)
         workers = [p for p in tree if "stages.worker" in command_line(p.pid)]
         target = proc.pid if number % 2 == 0 or not workers else workers[0].pid
+        _kill_moment(root, rng, period, aimed=(number // 2) % 2 == 1)
         os.kill(target, signal.SIGKILL)
         proc.wait(timeout=120)
         wait_until(lambda: not any(p.alive() for p in tree), 5,
