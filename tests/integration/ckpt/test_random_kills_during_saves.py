@@ -1,5 +1,5 @@
-"""Twenty randomly timed SIGKILLs while a stage saves every step (asynchronously, the
-default): after each, `latest` verifies and the next launch resumes from it; at the end
+"""Twenty SIGKILLs, at random moments and inside saves, while a stage saves every step
+(asynchronously, the default): after each, `latest` verifies and the next launch resumes from it; at the end
 the run completes, no leftover of a killed save or deletion remains, and its final
 checkpoint is identical to that of a run never killed.
 
