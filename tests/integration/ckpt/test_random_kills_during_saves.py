@@ -1,7 +1,7 @@
 """Twenty SIGKILLs, at random moments and inside saves, while a stage saves every step
-(asynchronously, the default): after each, `latest` verifies and the next launch resumes from it; at the end
-the run completes, no leftover of a killed save or deletion remains, and its final
-checkpoint is identical to that of a run never killed.
+(asynchronously, the default): after each, `latest` verifies and the next launch resumes
+from it; at the end the run completes, no leftover of a killed save or deletion remains,
+and its final checkpoint is identical to that of a run never killed.
 
 Cost. Every kill ends the launch, whoever receives it (torchrun does not restart
 workers), so each round pays the start-up (~10 s of Python, torch and DeepSpeed
