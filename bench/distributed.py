@@ -6,14 +6,9 @@ from __future__ import annotations
 
 import atexit
 import os
-import socket
 from pathlib import Path
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from core.loopback import free_port
 
 
 def single_rank_environment() -> dict[str, str]:

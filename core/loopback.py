@@ -63,6 +63,13 @@ def interface_of(address: str) -> str | None:
     return None
 
 
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, for a store or group started next on loopback."""
+    with socket.socket() as probe:
+        probe.bind((LOOPBACK, 0))
+        return probe.getsockname()[1]
+
+
 def bound_listener(address: str, port: int) -> tuple[int, int]:
     """A TCP socket listening on `address`:`port` (0: any free port): (its port, its fd).
     The fd is handed over: the store that receives it closes it. A port in use raises

@@ -10,6 +10,7 @@ check its pinning and the fingerprint can record it.
 from __future__ import annotations
 
 import ctypes
+import functools
 from pathlib import Path
 
 # MKL's branch codes (its mkl_cbwr constants), as `MKL_VERBOSE` names them.
@@ -30,6 +31,7 @@ def effective_branch() -> str | None:
     return name + (",STRICT" if code & _STRICT else "")
 
 
+@functools.cache
 def _branch_query():
     import torch
 

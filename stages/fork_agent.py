@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from core.loopback import free_port
+
 GRACE_SECONDS = 30.0  # torchrun's own wait before SIGKILL
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -78,9 +80,7 @@ def _prepare(module: str) -> None:
 def _shared_environment(nproc: int) -> dict[str, str]:
     """What torchrun's agent gives every worker of a one-node launch (rank 0 hosts the
     store: no agent store here)."""
-    with socket.socket() as probe:  # on 127.0.0.1: core.loopback binds the store there
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # on 127.0.0.1: core.loopback binds the store there
     size = str(nproc)
     return {"WORLD_SIZE": size, "LOCAL_WORLD_SIZE": size, "GROUP_WORLD_SIZE": "1",
             "ROLE_WORLD_SIZE": size, "GROUP_RANK": "0", "ROLE_NAME": "default",

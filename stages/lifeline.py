@@ -205,11 +205,9 @@ def become_the_only_worker(argv: list[str]) -> None:
 
 def single_worker_environment() -> dict[str, str]:
     """What torchrun's agent sets for rank 0 of a world of one (torch.distributed.run)."""
-    import socket
+    from core.loopback import free_port
 
-    with socket.socket() as probe:  # rank 0 hosts its store here (on 127.0.0.1: core.loopback)
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # rank 0 hosts its store here (on 127.0.0.1: core.loopback)
     one = {name: "1" for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE",
                                   "ROLE_WORLD_SIZE")}
     zero = {name: "0" for name in ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK",

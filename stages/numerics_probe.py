@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing
-import socket
 from collections.abc import Callable
 
 from core.config.schema import BatonConfig
+from core.loopback import free_port
 
 PROBE_VERSION = 1
 _GOLDEN_RATIO = 0.6180339887498949
@@ -181,9 +181,7 @@ def _model_digest(cfg: BatonConfig, vocab: int) -> str:
 def _all_reduce_digest() -> str:
     """Two ranks forked from this process sum a tensor over gloo on loopback."""
     context = multiprocessing.get_context("fork")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     results = context.Queue()
     ranks = [context.Process(target=_all_reduce_rank, args=(rank, port, results)) for rank in (0, 1)]
     for process in ranks:
