@@ -81,6 +81,16 @@ class Recording:
             self.rl_journal(stage_run, run_dir)
         return recorded
 
+    def datasets(self, stage_run, plan: dict | None, rows_read: int) -> None:
+        """The datasets the stage read (stages.data), to lineage and as MLflow inputs."""
+        if plan is None:
+            return
+        from stages.data.lineage import dataset_records
+        records = dataset_records(plan, rows_read)
+        self.store.set_stage_datasets(stage_run.id, records)
+        if stage_run.mlflow_run_id:
+            self.mlflow.log_datasets(stage_run.mlflow_run_id, records)
+
     def environment(self, stage_run, path: Path) -> None:
         """The fingerprint the workers wrote (absent when they never started)."""
         if not path.is_file():

@@ -57,6 +57,7 @@ def run_stage(overrides: list[str], stage: str, pipeline_run_id: int, root: str,
         rec.finish_stage(stage_run.id, "failed")
         raise
     recorded = rec.stage_outputs(stage_run, Path(cfg.run.dir), result.checkpoints)
+    rec.datasets(stage_run, result.data, result.step * cfg.stage.global_batch)
     rec.finish_stage(stage_run.id, result.status)
     return {"stage_run_id": stage_run.id, "status": result.status, "step": result.step,
             "checkpoints": [c.path for c in recorded]}

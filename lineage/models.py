@@ -33,7 +33,7 @@ def utcnow() -> datetime:
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map = {dict[str, Any]: JSON, datetime: DateTime(timezone=True)}
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON, datetime: DateTime(timezone=True)}
 
 
 class PipelineRun(Base):
@@ -85,6 +85,9 @@ class StageRun(Base):
     owner_pid_start: Mapped[Optional[int]] = mapped_column(BigInteger)
     # The workers' environment fingerprint (core.fingerprint): what `baton rerun` compares.
     environment: Mapped[Optional[dict[str, Any]]]
+    # What it trained and evaluated on (stages.data): one entry per dataset, with its
+    # content digest, rows, format, key mapping, tokenizer and template digests, rows read.
+    datasets: Mapped[Optional[list[Any]]]
 
     pipeline_run: Mapped[PipelineRun] = relationship(back_populates="stage_runs")
 

@@ -72,13 +72,14 @@ class StageRun:
     owner_host: Optional[str] = None
     owner_pid: Optional[int] = None
     environment: Optional[dict] = None
+    datasets: Optional[list] = None
 
     @classmethod
     def of(cls, row: m.StageRun) -> "StageRun":
         return cls(row.id, row.pipeline_run_id, row.stage, row.attempt, row.handoff_id,
                    row.parallel_config, row.status, _aware(row.started_at),
                    _aware(row.ended_at), row.mlflow_run_id, row.resumed_from_checkpoint_id,
-                   row.owner_host, row.owner_pid, row.environment)
+                   row.owner_host, row.owner_pid, row.environment, row.datasets)
 
 
 @dataclass(frozen=True)

@@ -52,12 +52,28 @@ def stage_run_label(s: r.StageRun) -> Text:
                          f" (stage run {s.id})  {s.status}  {parallel}{resumed}{kernels}")
 
 
+def dataset_line(d: dict) -> Text:
+    """One dataset a stage run read: which, what content, how much of it."""
+    read = f"  read {d['rows_read']} rows" if d.get("rows_read") is not None else ""
+    keys = " ".join(f"{role}={column}" for role, column in (d.get("keys") or {}).items()
+                    if role != column)
+    changed = "  [resumed on changed data: data.allow_changed]" if d.get("allowed_change") else ""
+    return Text(f"{d['role']} data {d['path']}  {d['format']}  {d['rows']} rows  "
+                f"{str(d.get('digest'))[:19]}…{read}{'  keys ' + keys if keys else ''}{changed}")
+
+
+def add_datasets(node, run: r.StageRun) -> None:
+    for dataset in run.datasets or ():
+        node.add(dataset_line(dataset))
+
+
 def pipeline_tree(p: r.PipelineRun, runs, checkpoints: dict, handoffs) -> Tree:
     tree = Tree(Text.assemble((f"pipeline run {p.id}", "bold"), f" {p.name!r}  {p.status}  "
                               f"config {p.config_hash[:12]}  seed {p.seed}  code {p.code_version}"
                               f"  started {p.started_at:%Y-%m-%d %H:%M:%S}"))
     for run in runs:
         node = tree.add(stage_run_label(run))
+        add_datasets(node, run)
         for h in handoffs:
             if h.to_stage_run_id == run.id:
                 node.add(handoff_line(h))
@@ -78,6 +94,7 @@ def ancestry_tree(chain: list[r.AncestryLink]) -> Tree:
         label = Text.assemble(stage_run_label(link.stage_run), f"  saved step {link.checkpoint.step}"
                               f" (checkpoint {link.checkpoint.id}, via {link.via})")
         node = node.add(label)
+        add_datasets(node, link.stage_run)
         for side in link.side_inputs:
             node.add(Text.assemble("also ", handoff_line(side)))
         if link.handoff is not None:

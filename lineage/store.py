@@ -203,6 +203,13 @@ class LineageStore(StudyVerbs):
             return r.StageRun.of(row)
         return self._write(write)
 
+    def set_stage_datasets(self, stage_run_id: int, datasets: list[Mapping[str, Any]]) -> r.StageRun:
+        def write(s: Session) -> r.StageRun:
+            row = q.get(s, m.StageRun, stage_run_id, "stage run", self.url)
+            row.datasets = [dict(d) for d in datasets]
+            return r.StageRun.of(row)
+        return self._write(write)
+
     # -- checkpoints, handoffs -----------------------------------------------------
 
     def record_checkpoint(self, stage_run_id: int, step: int, path: str | Path,

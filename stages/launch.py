@@ -16,6 +16,8 @@ from pathlib import Path
 from core.config.compose import as_dict, config_hash
 from core.config.schema import BatonConfig
 from ckpt.layout import checkpoints_dir, stage_dir
+from stages.data.prepare import prepare_data
+from stages.data.resume import check_same_data
 from stages.errors import StageFailed
 from stages.preflight import check_stage_inputs
 from stages.lifeline import torchrun_command, write_launch_file
@@ -41,6 +43,8 @@ class StageResult:
     checkpoints: list[dict]
     checkpoints_dir: Path
     raw: dict
+    data: dict | None = None
+    """The data plan the stage trained on (stages.data.prepare); None: the built-in tasks."""
 
 
 def launch_stage(cfg: BatonConfig, model_dir: Path, parent: dict | None = None, *,
@@ -51,13 +55,16 @@ def launch_stage(cfg: BatonConfig, model_dir: Path, parent: dict | None = None, 
     with stage_lock(stage_dir(cfg.run.dir, cfg.stage.name), node=cfg.parallel.node_rank):
         if not inputs_checked:
             check_stage_inputs(cfg)  # model.path and starting checkpoints, before any worker
+        data = prepare_data(cfg, model_dir)  # your data, checked and tokenized (cached)
+        if data is not None:
+            check_same_data(cfg, data)
         if cfg.stage.name == "rl" and cfg.rl.replay_journal is None:
             # RL roles (rollout, reward) run as Ray actors beside the trainer workers.
             from stages.rl_roles.launcher import run_with_roles
             return run_with_roles(cfg, model_dir,
-                                  lambda c, env: _launch_locked(c, model_dir, parent, env),
+                                  lambda c, env: _launch_locked(c, model_dir, parent, env, data),
                                   lambda line: _note(cfg, line))
-        return _launch_locked(cfg, model_dir, parent, {})
+        return _launch_locked(cfg, model_dir, parent, {}, data)
 
 
 def _note(cfg: BatonConfig, line: str) -> None:
@@ -66,13 +73,13 @@ def _note(cfg: BatonConfig, line: str) -> None:
 
 
 def _launch_locked(cfg: BatonConfig, model_dir: Path, parent: dict | None,
-                   extra_env: dict) -> StageResult:
+                   extra_env: dict, data: dict | None = None) -> StageResult:
     directory = stage_dir(cfg.run.dir, cfg.stage.name)
     directory.mkdir(parents=True, exist_ok=True)
     launch_file = node_file(directory, "launch.json", cfg.parallel)
     binding = write_launch_file(launch_file, {
         "config": as_dict(cfg), "config_hash": config_hash(cfg), "model_dir": str(model_dir),
-        "parent": parent})
+        "parent": parent, "data": data})
     if cfg.parallel.node_rank == 0:  # the node whose launcher reads a result first clears it
         (directory / RESULT).unlink(missing_ok=True)
     error_file = node_file(directory, ERROR_FILE, cfg.parallel)
@@ -99,7 +106,7 @@ def _launch_locked(cfg: BatonConfig, model_dir: Path, parent: dict | None,
         raise _failure(cfg.stage.name, returncode, output, error_file)
     raw = json.loads(result_path.read_text())
     return StageResult(raw["status"], raw["progress"]["step"], raw["checkpoints"],
-                       checkpoints_dir(cfg.run.dir, cfg.stage.name), raw)
+                       checkpoints_dir(cfg.run.dir, cfg.stage.name), raw, data)
 
 
 def _failure(stage: str, returncode: int, output: WorkerOutput, error_file: Path) -> StageFailed:

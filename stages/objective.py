@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import torch
 
+from stages.data.examples import BuiltinExamples
+from stages.data.render import IGNORE
 from stages.model import load_model_and_tokenizer
 from stages.tasks import HELDOUT, ArithmeticTasks
-
-IGNORE = -100
 
 
 def pad(rows: list[list[int]], value: int) -> torch.Tensor:
@@ -23,13 +23,24 @@ def pad(rows: list[list[int]], value: int) -> torch.Tensor:
     return torch.tensor([r + [value] * (width - len(r)) for r in rows], dtype=torch.long)
 
 
+def pad_id(tokenizer) -> int:
+    """The id padding is written with. Padding is masked out of attention and loss, so a
+    tokenizer without a pad token (Llama's) pads with EOS."""
+    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if candidate is not None:
+            return candidate
+    return 0
+
+
 class CausalLMObjective:
     name = "lm"
     new_head = False
     """May stage.init_from lack this model's head (then freshly initialised)?"""
 
-    def __init__(self, stage_cfg, tokenizer, tasks: ArithmeticTasks):
+    def __init__(self, stage_cfg, tokenizer, tasks: ArithmeticTasks, data=None):
+        """`data`: the examples trained on (stages.data.examples); None: the built-in tasks."""
         self.cfg, self.tokenizer, self.tasks = stage_cfg, tokenizer, tasks
+        self.data = data or BuiltinExamples(tasks, tokenizer, stage_cfg.name, stage_cfg.seq_len)
 
     @staticmethod
     def model_class(config):
@@ -63,15 +74,19 @@ class CausalLMObjective:
         """LM objectives keep no state of their own."""
 
     def dataset_size(self, split: str) -> int:
-        return self.tasks.size(split)
+        return self.data.size(split)
+
+    def eval_count(self) -> int:
+        """Held-out examples per evaluation: stage.eval_samples, or all there are."""
+        return min(self.cfg.eval_samples, self.dataset_size(HELDOUT))
 
     def examples(self, split: str, indices: list[int]) -> list[tuple[list[int], list[int]]]:
         """(input ids, labels) per example; labels use IGNORE where no loss is taken."""
-        raise NotImplementedError
+        return [self.data.lm_example(split, index) for index in indices]
 
     def batch(self, split: str, indices: list[int]) -> dict:
         rows = self.examples(split, indices)
-        input_ids = pad([ids for ids, _ in rows], self.tokenizer.pad_token_id)
+        input_ids = pad([ids for ids, _ in rows], pad_id(self.tokenizer))
         labels = pad([lab for _, lab in rows], IGNORE)
         attention_mask = pad([[1] * len(ids) for ids, _ in rows], 0)
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
@@ -87,7 +102,7 @@ class CausalLMObjective:
     def evaluate(self, model) -> dict:
         """Mean held-out loss over `eval_samples` fixed held-out examples."""
         losses = []
-        n, m = self.cfg.eval_samples, self.cfg.micro_batch
+        n, m = self.eval_count(), self.cfg.micro_batch
         for start in range(0, n, m):
             batch = self.batch(HELDOUT, list(range(start, min(start + m, n))))
             losses.append(float(model(**batch).loss))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from stages.objective import CausalLMObjective, pad
+from stages.objective import CausalLMObjective, pad, pad_id
 from stages.tasks import HELDOUT
 
 
@@ -34,20 +34,25 @@ class RmObjective(CausalLMObjective):
         from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING
         return MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING[type(config)]
 
-    def _ids(self, prompt: str, answer: str) -> list[int]:
-        t = self.tokenizer
-        ids = [t.bos_token_id] + t(prompt)["input_ids"] + t(answer)["input_ids"] + [t.eos_token_id]
-        return ids[: self.cfg.seq_len]
+    @classmethod
+    def build_model(cls, model_dir):
+        model, tokenizer = super().build_model(model_dir)
+        if model.config.pad_token_id is None:
+            # Hugging Face's sequence-classification heads find each row's last token by the
+            # pad id and refuse batches without one; a tokenizer without a pad token pads
+            # with EOS (stages.objective.pad_id), so the head reads the last token before it.
+            model.config.pad_token_id = pad_id(tokenizer)
+        return model, tokenizer
 
     def batch(self, split: str, indices: list[int]) -> dict:
         chosen, rejected = [], []
         for index in indices:
-            prompt, good, bad = self.tasks.preference_pair(split, index)
-            chosen.append(self._ids(prompt, good))
-            rejected.append(self._ids(prompt, bad))
+            good, bad = self.data.preference(split, index)
+            chosen.append(good)
+            rejected.append(bad)
         rows = chosen + rejected
         # Right padding with the pad id: the classification head reads the last non-pad token.
-        return {"input_ids": pad(rows, self.tokenizer.pad_token_id),
+        return {"input_ids": pad(rows, pad_id(self.tokenizer)),
                 "attention_mask": pad([[1] * len(r) for r in rows], 0)}
 
     @staticmethod
@@ -62,7 +67,7 @@ class RmObjective(CausalLMObjective):
     @torch.no_grad()
     def evaluate(self, model) -> dict:
         """Pairwise accuracy, loss and preference entropy over fixed held-out pairs."""
-        n, m = self.cfg.eval_samples, self.cfg.micro_batch
+        n, m = self.eval_count(), self.cfg.micro_batch
         chosen, rejected = [], []
         for start in range(0, n, m):
             c, r = self.scores(model, self.batch(HELDOUT, list(range(start, min(start + m, n)))))

@@ -1,9 +1,14 @@
-"""SFT: supervised fine-tuning on prompt/answer pairs, loss on the answer only."""
+"""SFT: supervised fine-tuning, loss on the answer (completion, assistant turns) only.
+
+Built-in: arithmetic prompt/answer pairs; your data: prompt/completion or chat messages
+(stages.data), with data.loss_on=all to train on every token.
+"""
 from __future__ import annotations
 
 import torch
 
-from stages.objective import IGNORE, CausalLMObjective
+from stages.data.examples import BuiltinExamples
+from stages.objective import CausalLMObjective
 from stages.tasks import HELDOUT
 
 
@@ -12,24 +17,16 @@ class SftObjective(CausalLMObjective):
 
     name = "sft"
 
-    def examples(self, split, indices):
-        rows = []
-        for index in indices:
-            prompt, answer = self.tasks.sft_example(split, index)
-            p_ids = [self.tokenizer.bos_token_id] + self.tokenizer(prompt)["input_ids"]
-            a_ids = self.tokenizer(answer)["input_ids"] + [self.tokenizer.eos_token_id]
-            ids = (p_ids + a_ids)[: self.cfg.seq_len]
-            labels = ([IGNORE] * len(p_ids) + a_ids)[: self.cfg.seq_len]
-            rows.append((ids, labels))
-        return rows
-
     @torch.no_grad()
     def evaluate(self, model) -> dict:
-        """Held-out loss plus greedy exact-match accuracy: the SFT score used to select
-        checkpoints (a handful of answer tokens per prompt keeps it cheap)."""
+        """Held-out loss plus, on the built-in tasks, greedy exact-match accuracy: the SFT
+        score used to select checkpoints (a handful of answer tokens per prompt keeps it
+        cheap). Your data has no checker: its score is the held-out loss."""
         from stages.sampling import greedy_accuracy
 
         result = super().evaluate(model)
+        if not isinstance(self.data, BuiltinExamples):
+            return result
         result["eval_accuracy"] = greedy_accuracy(model, self.tokenizer, self.tasks, HELDOUT,
                                                   self.cfg.eval_samples, self.cfg.max_new_tokens)
         return result

@@ -33,6 +33,7 @@ from stages import grad_accum, run_files
 from stages.engine_setup import build_engine, init_distributed
 from stages.lifeline import worker_start
 from stages.model import ensure_model_dir, model_files_digest, model_identity
+from stages.data.examples import stage_examples
 from stages.registry import objective_class
 from stages.sampler import GlobalSampler
 from stages.tasks import TRAIN, ArithmeticTasks
@@ -76,7 +77,8 @@ class StageWorker:
         self.identity = model_identity(model, self.tokenizer)
         self.model_files = model_files_digest(launch["model_dir"])
         tasks = ArithmeticTasks(self.cfg.seed, self.cfg.data.max_operand, self.cfg.data.heldout_fraction)
-        self.objective = objective_cls(s, self.tokenizer, tasks)
+        data = stage_examples(launch.get("data"), tasks, self.tokenizer, s)
+        self.objective = objective_cls(s, self.tokenizer, tasks, data)
         self.objective.setup(launch["model_dir"])
         self.engine = build_engine(model, s, self.cfg.parallel)
         self.sampler = GlobalSampler(self.objective.dataset_size(TRAIN), s.global_batch,

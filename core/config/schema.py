@@ -35,6 +35,9 @@ class ModelConfig:
     """KV heads (grouped-query attention) of the built-in model."""
     max_position_embeddings: int = 64
     """Longest sequence the built-in model accepts."""
+    chat_template: Optional[str] = None
+    """Chat template for `messages` data: an inline Jinja string or a file; null: the
+    tokenizer's own."""
 
 
 @dataclass
@@ -55,11 +58,64 @@ class ParallelConfig:
 
 
 @dataclass
+class DataKeysConfig:
+    """Role -> your column name; a role left null is read from the column of its own name
+    (stages.data.formats says which roles each format reads)."""
+
+    text: Optional[str] = None
+    prompt: Optional[str] = None
+    completion: Optional[str] = None
+    messages: Optional[str] = None
+    chosen: Optional[str] = None
+    rejected: Optional[str] = None
+    answer: Optional[str] = None
+    """RL's ground truth, given to your reward function."""
+
+
+@dataclass
+class DataFilesConfig:
+    """One dataset on disk: a file, a glob of files or a directory (stages.data.files)."""
+
+    path: Optional[str] = None
+    """JSON Lines, JSON, Parquet, a `datasets.save_to_disk` directory, or a glob of files."""
+    format: Optional[str] = None
+    """text | prompt_completion | messages | preference | prompts; null: the stage's usual
+    one (cpt text, sft prompt_completion, rm preference, rl prompts)."""
+    keys: DataKeysConfig = field(default_factory=DataKeysConfig)
+    """data.<stage>.train.keys.<role>=<your column>."""
+
+
+@dataclass
+class StageDataConfig:
+    """A stage's own data; with no train.path the stage trains on the built-in tasks."""
+
+    train: DataFilesConfig = field(default_factory=DataFilesConfig)
+    eval: DataFilesConfig = field(default_factory=DataFilesConfig)
+    """The held-out set; with no eval.path, `eval_fraction` of train is held out."""
+    eval_fraction: float = 0.05
+    """Share of train rows held out (seeded by `seed`) when eval.path is not given."""
+
+
+@dataclass
 class DataConfig:
     max_operand: int = 9
     """Operands of the synthetic arithmetic tasks are drawn from [0, max_operand]."""
     heldout_fraction: float = 0.1
     """Share of operand pairs reserved for the held-out split."""
+    cpt: StageDataConfig = field(default_factory=StageDataConfig)
+    sft: StageDataConfig = field(default_factory=StageDataConfig)
+    rm: StageDataConfig = field(default_factory=StageDataConfig)
+    rl: StageDataConfig = field(default_factory=StageDataConfig)
+    max_length: Optional[int] = None
+    """Longest tokenized row of your data (null: stage.seq_len)."""
+    truncation: str = "error"
+    """A row longer than max_length: error (refused, naming the row) | left | right."""
+    loss_on: str = "completion"
+    """SFT loss on completion (assistant) tokens only, or on all tokens."""
+    allow_changed: bool = False
+    """Resume although a dataset's content changed since the checkpoint (recorded)."""
+    cache_dir: Optional[str] = None
+    """Where tokenized datasets are cached, keyed by content (null: <run.dir>/data_cache)."""
 
 
 @dataclass

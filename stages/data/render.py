@@ -1,0 +1,163 @@
+"""Rows to token ids: what each format trains on, and which tokens carry the loss.
+
+Chat rows are rendered once with the chat template; the assistant's spans are found as
+the characters each assistant turn adds to the rendering of the turns before it (with
+the generation prompt), and a token carries the loss when it starts inside one. That
+works for any template that renders a conversation's turns in order, without needing
+`{% generation %}` markers in it.
+
+A row that cannot be rendered does not raise inside `datasets.map` (a traceback per
+process): its problem is returned in the `problem` column and reported by row number.
+"""
+from __future__ import annotations
+
+import json
+
+from stages.data.formats import MESSAGES, PREFERENCE, PROMPT_COMPLETION, PROMPTS, TEXT
+
+IGNORE = -100
+
+
+class RowProblem(Exception):
+    """What is wrong with one row (reported with its row number by the caller)."""
+
+
+class Renderer:
+    def __init__(self, tokenizer, fmt: str, columns: dict[str, str], max_length: int,
+                 truncation: str, loss_on: str):
+        self.tok, self.fmt, self.columns = tokenizer, fmt, columns
+        self.max_length, self.truncation, self.loss_on = max_length, truncation, loss_on
+        self.eos = tokenizer.eos_token_id
+
+    # -- one row ------------------------------------------------------------------------
+    def row(self, row: dict) -> dict:
+        if self.fmt == TEXT:
+            ids = self._plain(self._string(row, "text"), add_special=True, eos=True)
+            return self._fit({"input_ids": ids, "labels": list(ids)})
+        if self.fmt in (PROMPT_COMPLETION, MESSAGES):
+            ids, labels = self._supervised(row)
+            return self._fit({"input_ids": ids, "labels": labels})
+        if self.fmt == PREFERENCE:
+            prompt = row.get(self.columns["prompt"]) if self.columns["prompt"] in row else None
+            chosen, rejected = (self._answered(prompt, row[self.columns[r]], r)[0]
+                                for r in ("chosen", "rejected"))
+            return self._fit({"chosen_ids": chosen, "rejected_ids": rejected})
+        if self.fmt == PROMPTS:
+            prompt = row[self.columns["prompt"]]
+            ids = (self._chat(self._messages(prompt, "prompt"), generation=True) if isinstance(prompt, list)
+                   else self._plain(self._string(row, "prompt"), add_special=True, eos=False))
+            used = set(self.columns.values())
+            extra = {k: v for k, v in row.items() if k not in used}
+            return self._fit({"prompt_ids": ids, "answer": json.dumps(row[self.columns["answer"]]),
+                              "extra": json.dumps(extra, default=str)})
+        raise RowProblem(f"unknown format {self.fmt!r}")
+
+    def _supervised(self, row: dict) -> tuple[list[int], list[int]]:
+        if self.fmt == MESSAGES:
+            messages = self._messages(row[self.columns["messages"]], "messages")
+            text, spans = self._assistant_spans(messages, [])
+            return self._spans_to_labels(text, spans)
+        prompt, completion = row[self.columns["prompt"]], row[self.columns["completion"]]
+        return self._answered(prompt, completion, "completion")
+
+    def _answered(self, prompt, answer, role: str) -> tuple[list[int], list[int]]:
+        """(ids, labels) of prompt + answer; the answer's tokens carry the loss. Strings are
+        tokenized as they are (BOS if the tokenizer adds one, EOS after the answer);
+        message lists go through the chat template."""
+        if isinstance(answer, list) or isinstance(prompt, list):
+            before = self._messages(prompt, "prompt") if prompt is not None else []
+            text, spans = self._assistant_spans(before + self._messages(answer, role), before)
+            return self._spans_to_labels(text, spans)
+        if not isinstance(answer, str) or (prompt is not None and not isinstance(prompt, str)):
+            raise RowProblem(f"'{self.columns.get('prompt')}'/'{self.columns[role]}' hold "
+                             f"{type(prompt).__name__}/{type(answer).__name__}; expected strings, "
+                             "or lists of {role, content} messages")
+        head = self._plain(prompt, add_special=True, eos=False) if prompt else self._bos()
+        tail = self._plain(answer, add_special=False, eos=True)
+        labels = [IGNORE] * len(head) + tail if self.loss_on == "completion" else head + tail
+        return head + tail, labels
+
+    # -- chat templates -----------------------------------------------------------------
+    def _assistant_spans(self, messages: list[dict], context: list[dict]) -> tuple[str, list[tuple[int, int]]]:
+        """The rendered conversation and the character spans the assistant's turns add
+        (after `context`, which never carries the loss)."""
+        text = self._render(messages, generation=False)
+        spans = []
+        for i, message in enumerate(messages):
+            if message["role"] != "assistant" or i < len(context):
+                continue
+            before = self._render(messages[:i], generation=True) if i else ""
+            upto = self._render(messages[:i + 1], generation=False)
+            if not text.startswith(upto) or not upto.startswith(before):
+                raise RowProblem("the chat template does not render the conversation's turns as "
+                                 "prefixes of it, so the assistant's tokens cannot be found; set "
+                                 "data.loss_on=all, or a template that does (model.chat_template)")
+            spans.append((len(before), len(upto)))
+        if not spans and self.loss_on == "completion":
+            raise RowProblem("no assistant message, so no token would carry the loss; expected at "
+                             "least one message with role 'assistant' (or data.loss_on=all)")
+        return text, spans
+
+    def _spans_to_labels(self, text: str, spans) -> tuple[list[int], list[int]]:
+        encoded = self.tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids = encoded["input_ids"]
+        if self.loss_on == "all":
+            return ids, list(ids)
+        labels = [tid if any(lo <= start < hi for lo, hi in spans) else IGNORE
+                  for tid, (start, _) in zip(ids, encoded["offset_mapping"])]
+        return ids, labels
+
+    def _render(self, messages: list[dict], generation: bool) -> str:
+        return self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation)
+
+    def _chat(self, messages: list[dict], generation: bool) -> list[int]:
+        return self.tok(self._render(messages, generation), add_special_tokens=False)["input_ids"]
+
+    def _messages(self, value, role: str) -> list[dict]:
+        if isinstance(value, str):
+            return [{"role": "user" if role == "prompt" else "assistant", "content": value}]
+        if not isinstance(value, list) or not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in value):
+            raise RowProblem(f"'{self.columns[role]}' holds {_shape(value)}; expected a list of "
+                             "{\"role\": ..., \"content\": \"...\"} messages")
+        return [{"role": m["role"], "content": m["content"]} for m in value]
+
+    # -- plain strings ------------------------------------------------------------------
+    def _string(self, row: dict, role: str) -> str:
+        value = row[self.columns[role]]
+        if not isinstance(value, str):
+            raise RowProblem(f"'{self.columns[role]}' holds {_shape(value)}; expected a string")
+        return value
+
+    def _plain(self, text: str, add_special: bool, eos: bool) -> list[int]:
+        ids = list(self.tok(text, add_special_tokens=add_special)["input_ids"])
+        if add_special and self.tok.bos_token_id is not None and (not ids or ids[0] != self.tok.bos_token_id):
+            ids = [self.tok.bos_token_id] + ids  # a BOS-using model whose tokenizer adds none
+        if eos and self.eos is not None and (not ids or ids[-1] != self.eos):
+            ids.append(self.eos)
+        return ids
+
+    def _bos(self) -> list[int]:
+        return [self.tok.bos_token_id] if self.tok.bos_token_id is not None else []
+
+    # -- length -------------------------------------------------------------------------
+    def _fit(self, out: dict) -> dict:
+        """Cut each id list to max_length as data.truncation says (labels with their ids)."""
+        for name in [k for k in out if k.endswith("ids")]:
+            n = len(out[name])
+            if n <= self.max_length:
+                continue
+            if self.truncation == "error":
+                raise RowProblem(f"{n} tokens, longer than data.max_length={self.max_length}; raise "
+                                 "data.max_length, or set data.truncation=left or right")
+            cut = slice(n - self.max_length, n) if self.truncation == "left" else slice(0, self.max_length)
+            out[name] = out[name][cut]
+            if name == "input_ids":
+                out["labels"] = out["labels"][cut]
+        return {**out, "length": max(len(v) for k, v in out.items() if k.endswith("ids"))}
+
+
+def _shape(value) -> str:
+    text = json.dumps(value, default=str)
+    return f"a {type(value).__name__} ({text[:60]}{'…' if len(text) > 60 else ''})"

@@ -1,0 +1,208 @@
+"""Your own data, in this process: every file format gives the same tokens, the loss falls
+on the answer only, the cache is keyed by content, and each bad input is refused with a
+message naming the file, row or key (stages.data)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from core.config import compose
+from core.errors import ConfigError
+from stages.data.examples import FileExamples
+from stages.data.prepare import load_tokenizer, prepare_data
+from stages.data.render import IGNORE, Renderer, RowProblem
+from stages.data.resume import changes
+from stages.tasks import HELDOUT, TRAIN
+from tests.hf_models import build_tiny_model
+
+CHATS = [[{"role": "system", "content": "be brief"}, {"role": "user", "content": f"{a}+{b}="},
+          {"role": "assistant", "content": str(a + b)}] for a, b in [(1, 2), (30, 4), (7, 7), (12, 9)] * 5]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("models")
+    return {family: build_tiny_model(root / family, family) for family in ("llama", "qwen2")}
+
+
+def _tokenizer(model_dir: Path):
+    return load_tokenizer(compose([]), model_dir)[0]
+
+
+def _renderer(model_dir, fmt, **kw) -> Renderer:
+    columns = {r: r for r in ("text", "prompt", "completion", "messages", "chosen", "rejected", "answer")}
+    options = {"max_length": 256, "truncation": "error", "loss_on": "completion", **kw}
+    return Renderer(_tokenizer(model_dir), fmt, columns, **options)
+
+
+def _trained_text(tok, row: dict) -> str:
+    return tok.decode([t for t, label in zip(row["input_ids"], row["labels"]) if label != IGNORE])
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_chat_loss_falls_on_the_assistant_turns_only(models, family):
+    renderer = _renderer(models[family], "messages")
+    conversation = CHATS[1][:3] + [{"role": "user", "content": "and 1+1="},
+                                    {"role": "assistant", "content": "2"}]
+    row = renderer.row({"messages": conversation})
+    trained = _trained_text(renderer.tok, row)
+    assert "34" in trained and "2" in trained
+    assert "be brief" not in trained and "30+4" not in trained and "1+1" not in trained
+    assert len(row["input_ids"]) == len(row["labels"]) == row["length"]
+    everything = _renderer(models[family], "messages", loss_on="all").row({"messages": conversation})
+    assert everything["labels"] == everything["input_ids"]
+
+
+def test_plain_prompt_completion_adds_bos_only_where_the_model_has_one(models):
+    for family, has_bos in (("llama", True), ("qwen2", False)):
+        renderer = _renderer(models[family], "prompt_completion")
+        row = renderer.row({"prompt": "12+30=", "completion": "42"})
+        tok = renderer.tok
+        assert (row["input_ids"][0] == tok.bos_token_id) == has_bos
+        assert row["input_ids"][-1] == tok.eos_token_id and row["labels"][-1] == tok.eos_token_id
+        assert _trained_text(tok, row).strip().startswith("42")
+        assert "12+30" not in _trained_text(tok, row)
+
+
+def test_truncation_error_left_and_right(models):
+    long = {"text": "1+1=2 " * 60}
+    with pytest.raises(RowProblem, match=r"tokens, longer than data.max_length=16; raise data.max_length"):
+        _renderer(models["qwen2"], "text", max_length=16).row(long)
+    full = _renderer(models["qwen2"], "text", max_length=1000).row(long)["input_ids"]
+    assert _renderer(models["qwen2"], "text", max_length=16, truncation="left").row(long)["input_ids"] == full[-16:]
+    assert _renderer(models["qwen2"], "text", max_length=16, truncation="right").row(long)["input_ids"] == full[:16]
+
+
+def _write(directory: Path, kind: str, rows: list[dict]) -> str:
+    """The same rows in each format a user may bring; returns the path to configure."""
+    import datasets
+
+    directory.mkdir(parents=True, exist_ok=True)
+    if kind == "jsonl":
+        path = directory / "rows.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    elif kind == "json":
+        path = directory / "rows.json"
+        path.write_text(json.dumps(rows))
+    elif kind == "parquet":
+        path = directory / "rows.parquet"
+        datasets.Dataset.from_list(rows).to_parquet(str(path))
+    elif kind == "saved":
+        path = directory / "saved"
+        datasets.Dataset.from_list(rows).save_to_disk(str(path))
+    else:  # a glob over two JSON Lines files
+        half = len(rows) // 2
+        (directory / "part-0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:half]))
+        (directory / "part-1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[half:]))
+        path = directory / "part-*.jsonl"
+    return str(path)
+
+
+def _config(tmp_path, model_dir, stage, path, *extra):
+    return compose([f"stage={stage}", f"run.dir={tmp_path / 'run'}", f"model.path={model_dir}",
+                    f"data.{stage}.train.path={path}", "data.max_length=64", *extra])
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "json", "parquet", "saved", "glob"])
+def test_every_file_format_gives_the_same_rows(models, tmp_path, kind):
+    rows = [{"question": f"{i}+1=", "response": str(i + 1)} for i in range(40)]
+    path = _write(tmp_path / kind, kind, rows)
+    cfg = _config(tmp_path, models["qwen2"], "sft", path, "data.sft.train.keys.prompt=question",
+                  "data.sft.train.keys.completion=response", "data.sft.eval_fraction=0.1")
+    plan = prepare_data(cfg, models["qwen2"])
+    assert (plan["train"]["rows"], plan["eval"]["rows"]) == (36, 4)
+    assert plan["train"]["keys"] == {"prompt": "question", "completion": "response"}
+    examples = FileExamples(plan)
+    assert examples.size(TRAIN) == 36 and examples.size(HELDOUT) == 4
+    reference = _renderer(models["qwen2"], "prompt_completion", max_length=64)
+    seen = {tuple(examples.lm_example(split, i)[0]) for split in (TRAIN, HELDOUT)
+            for i in range(examples.size(split))}
+    assert seen == {tuple(reference.row({"prompt": r["question"], "completion": r["response"]})["input_ids"])
+                    for r in rows}
+
+
+def test_the_cache_is_keyed_by_content(models, tmp_path, monkeypatch):
+    path = _write(tmp_path / "d", "jsonl", [{"text": f"line {i}"} for i in range(20)])
+    cfg = _config(tmp_path, models["llama"], "cpt", path, "data.cpt.eval_fraction=0.2")
+    first = prepare_data(cfg, models["llama"])
+    import stages.data.prepare as prepare
+
+    def no_second_tokenization(*_):
+        raise AssertionError("the cache was not used")
+    monkeypatch.setattr(prepare, "_tokenized", no_second_tokenization)
+    assert prepare_data(cfg, models["llama"]) == first
+    Path(path).write_text(Path(path).read_text() + json.dumps({"text": "one more"}) + "\n")
+    monkeypatch.undo()
+    changed = prepare_data(cfg, models["llama"])
+    assert changed["train"]["digest"] != first["train"]["digest"]
+    assert changed["train"]["cache"] != first["train"]["cache"]
+    assert changes(first, changed) == [
+        f"train data {path} has content {changed['train']['digest']}, the checkpoint's had "
+        f"{first['train']['digest']}"]
+    assert changes(first, first) == [] and changes(None, None) == []
+
+
+def test_preference_pairs_of_strings_and_of_messages(models, tmp_path):
+    rows = [{"prompt": f"{i}+1=", "chosen": str(i + 1), "rejected": str(i + 2)} for i in range(10)]
+    chats = [{"chosen": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["chosen"]}],
+              "rejected": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["rejected"]}]}
+             for r in rows]
+    for name, data in (("strings", rows), ("chats", chats)):
+        cfg = _config(tmp_path / name, models["llama"], "rm", _write(tmp_path / name, "jsonl", data),
+                      "data.rm.eval_fraction=0.2")
+        examples = FileExamples(prepare_data(cfg, models["llama"]))
+        chosen, rejected = examples.preference(TRAIN, 0)
+        assert chosen != rejected and chosen[0] == rejected[0]
+
+
+# -- bad input: one message naming the file, the row or line, the key ------------------------
+def _refused(cfg, model_dir, *needles):
+    with pytest.raises(ConfigError) as caught:
+        prepare_data(cfg, model_dir)
+    message = str(caught.value)
+    for needle in needles:
+        assert needle in message, message
+    return message
+
+
+def test_bad_inputs_are_refused_by_name(models, tmp_path):
+    qwen = models["qwen2"]
+    good = _write(tmp_path / "good", "jsonl", [{"prompt": "1+1=", "completion": "2"}] * 20)
+    _refused(_config(tmp_path, qwen, "sft", str(tmp_path / "absent.jsonl")), qwen,
+             f"data.sft.train.path='{tmp_path / 'absent.jsonl'}': no such file or directory")
+    _refused(_config(tmp_path, qwen, "sft", good, "data.sft.train.format=poems"), qwen,
+             "data.sft.train.format='poems': stage sft trains on prompt_completion or messages or text")
+    _refused(_config(tmp_path, qwen, "sft", good, "data.sft.train.keys.completion=answer_text"), qwen,
+             "no column 'answer_text' for the completion of format prompt_completion; the rows have "
+             "prompt, completion", "data.sft.train.keys.completion=<column>")
+    bad_line = tmp_path / "bad" / "rows.jsonl"
+    bad_line.parent.mkdir()
+    bad_line.write_text('{"prompt": "1+1=", "completion": "2"}\n{"prompt": "2+2=", "completion": \n')
+    _refused(_config(tmp_path, qwen, "sft", str(bad_line)), qwen, f"{bad_line}:2 is not valid JSON")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    _refused(_config(tmp_path, qwen, "sft", str(empty)), qwen, "holds no rows")
+    few = _write(tmp_path / "few", "jsonl", [{"prompt": "1+1=", "completion": "2"}] * 5)
+    _refused(_config(tmp_path, qwen, "sft", few), qwen,
+             "data.sft.eval_fraction=0.05 of 5 rows", "holds out no row")
+    long = _write(tmp_path / "long", "jsonl", [{"prompt": "1+1=", "completion": "2"}] * 5
+                  + [{"prompt": "1+1=" * 40, "completion": "2"}] * 15)
+    _refused(_config(tmp_path, qwen, "sft", long), qwen,
+             "row 6:", "longer than data.max_length=64", "data.truncation=left or right")
+    typed = _write(tmp_path / "typed", "jsonl", [{"prompt": "1+1=", "completion": 2}] * 20)
+    _refused(_config(tmp_path, qwen, "sft", typed), qwen, "row 1:", "'prompt'/'completion' hold str/int")
+
+
+def test_messages_need_a_chat_template(models, tmp_path):
+    bare = build_tiny_model(tmp_path / "bare", "qwen2", chat_template=False)
+    chats = _write(tmp_path / "chats", "jsonl", [{"messages": c} for c in CHATS])
+    cfg = _config(tmp_path, bare, "sft", chats, "data.sft.train.format=messages")
+    _refused(cfg, bare, "holds chat messages but the model's tokenizer has no chat template",
+             "model.chat_template=")
+    template = tmp_path / "template.jinja"
+    template.write_text(_tokenizer(models["qwen2"]).chat_template)
+    plan = prepare_data(_config(tmp_path, bare, "sft", chats, "data.sft.train.format=messages",
+                                f"model.chat_template={template}", "data.sft.eval_fraction=0.2"), bare)
+    assert plan["chat_template"] is not None and plan["train"]["rows"] == 16
