@@ -38,7 +38,7 @@ def run_handoff(overrides: list[str], name: str, pipeline_run_id: int, from_stag
     source_cfg = stage_config(overrides, plan.from_stage, stage_root)
     model_dir = str(ensure_model_dir(source_cfg))
     candidates = evaluate_candidates([(c.path, c.step) for c in recorded], plan.from_stage,
-                                     model_dir, target, plan.selection)
+                                     model_dir, target, plan.selection, source_cfg)
     sel = plan.selection
     study = None
     if sel.criterion == "study":

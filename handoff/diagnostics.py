@@ -13,6 +13,7 @@ from math import comb
 
 import torch
 
+from stages.data.render import text_ids
 from stages.tasks import HELDOUT, ArithmeticTasks, check_answer
 
 PROBE_SEED_OFFSET = 7919  # probe sampling never shares a stream with training
@@ -26,7 +27,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def _prompt_ids(tokenizer, prompt: str) -> list[int]:
-    return [tokenizer.bos_token_id] + tokenizer(prompt)["input_ids"]
+    return text_ids(tokenizer, prompt, bos=True, eos=False)
 
 
 @torch.no_grad()
@@ -68,7 +69,7 @@ def lm_diagnostics(model, tokenizer, tasks: ArithmeticTasks, *, probe_prompts: i
     for index in range(probe_prompts):
         problem = tasks.problem(HELDOUT, index)
         prompt = _prompt_ids(tokenizer, problem.prompt)
-        answer = tokenizer(problem.answer + "\n")["input_ids"] + [tokenizer.eos_token_id]
+        answer = text_ids(tokenizer, problem.answer + "\n", bos=False, eos=True)
         ids = torch.tensor([prompt + answer])
         labels = torch.tensor([[-100] * len(prompt) + answer])
         losses.append(float(model(input_ids=ids, labels=labels).loss))

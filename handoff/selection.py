@@ -54,6 +54,12 @@ class Candidate:
 def score_of(metrics: dict, score_metric: str) -> float:
     """`accuracy` -> metrics['accuracy']; `-heldout_loss` -> -metrics['heldout_loss']."""
     sign, key = (-1.0, score_metric[1:]) if score_metric.startswith("-") else (1.0, score_metric)
+    if key not in metrics:
+        raise BatonError(
+            f"selection.score_metric={score_metric!r}: the candidates have no {key!r}; they have "
+            f"{', '.join(sorted(metrics))}. On your own data there is no built-in checker, so "
+            "accuracy is not measured: set pipeline.handoffs.<name>.selection.score_metric="
+            "-heldout_loss (or entropy)")
     return sign * float(metrics[key])
 
 

@@ -187,6 +187,28 @@ class MlflowLineage:
         from mlflow.entities import Param
         self.client.log_batch(run_id, params=[Param(k, str(v)[:500]) for k, v in params.items()])
 
+    def log_datasets(self, run_id: str, datasets: list[dict]) -> None:
+        """Each dataset the stage read (stages.data.lineage) as a dataset input of its run,
+        tagged with its context (train or eval): the runs table's Dataset column and the
+        run page show which data trained which run. The digest is baton's content digest;
+        the profile says rows, rows read and how the rows were tokenized."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+        from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+        inputs = []
+        for d in datasets:
+            profile = {k: d.get(k) for k in ("rows", "rows_read", "format", "keys", "max_length",
+                                             "truncation", "loss_on", "tokenizer", "chat_template",
+                                             "allowed_change")}
+            dataset = Dataset(name=f"{d['stage']}-{d['role']}: {Path(str(d['path'])).name}",
+                              digest=str(d["digest"]).split(":", 1)[-1][:36], source_type="local",
+                              source=json.dumps({"uri": str(d["path"])}),
+                              profile=json.dumps(profile, default=str))
+            context = "training" if d["role"] == "train" else d["role"]
+            inputs.append(DatasetInput(dataset, tags=[InputTag(MLFLOW_DATASET_CONTEXT, context),
+                                                      InputTag("baton.digest", str(d["digest"]))]))
+        self.client.log_inputs(run_id, datasets=inputs)
+
     def log_rl_journal(self, run_id: str, segments: list[dict], events: list[dict]) -> None:
         """The RL journal's index and every role event (weight syncs, failures, retries,
         restarts; `segment` = the journal step it is in) as `rl/journal.json`, plus counts
@@ -321,6 +343,9 @@ class NullMlflowLineage:
         pass
 
     def log_rl_journal(self, run_id, segments, events) -> None:
+        pass
+
+    def log_datasets(self, run_id, datasets) -> None:
         pass
 
     def log_lineage_graph(self, parent_run_id, store, pipeline_id) -> None:

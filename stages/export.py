@@ -70,6 +70,10 @@ def load_checkpoint_model(src: Path, manifest, meta: dict):
         raise ExportError(src, f"stage {manifest.stage!r} in its manifest is none of "
                           f"{', '.join(OBJECTIVES)}; cannot tell which model class it trains")
     model, tokenizer = objective.build_model(_model_dir(src, meta))
+    template = ((meta.get("config") or {}).get("model") or {}).get("chat_template")
+    if template:  # the stage rendered its chat data with model.chat_template: ship that one
+        from stages.data.prepare import template_text
+        tokenizer.chat_template = template_text(template)
     report = load_weights_into(model, src, allow_new_head=False)
     if report["dropped"]:
         raise ExportError(src, f"parameters {report['dropped'][:5]} of the checkpoint have no "

@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from stages.frozen import checkpoint_identity, frozen_model, same_frozen_model
 from stages.kl_controller import build_kl_controller
+from stages.data.render import text_ids
 from stages.objective import CausalLMObjective
 from stages.rl_logprobs import logprobs_of, token_logprobs
 from stages.rl_mismatch import (all_reduced, importance_weights, journal_record, merged, metrics_of,
@@ -109,7 +110,7 @@ class RlObjective(CausalLMObjective):
 
     def prompt_ids(self, index: int, split: str = TRAIN) -> list[int]:
         problem = self.tasks.rl_prompt(split, index)
-        return [self.tokenizer.bos_token_id] + self.tokenizer(problem.prompt)["input_ids"]
+        return text_ids(self.tokenizer, problem.prompt, bos=True, eos=False)
 
     def stop_ids(self) -> tuple[int, ...]:
         newline = self.tokenizer("\n")["input_ids"][0]

@@ -61,12 +61,13 @@ def decode_rows(tokenizer, tokens: torch.Tensor) -> list[str]:
 
 def greedy_accuracy(model, tokenizer, tasks, split: str, count: int, max_new_tokens: int) -> float:
     """Share of `count` fixed prompts whose greedy answer line equals the sum."""
+    from stages.data.render import text_ids
     from stages.tasks import check_answer
 
     hits = 0.0
     for index in range(count):
         problem = tasks.problem(split, index)
-        ids = [tokenizer.bos_token_id] + tokenizer(problem.prompt)["input_ids"]
+        ids = text_ids(tokenizer, problem.prompt, bos=True, eos=False)
         tokens = generate(model, ids, 1, max_new_tokens, 1.0, None)
         hits += check_answer(problem, decode_rows(tokenizer, tokens)[0])
     return hits / max(count, 1)

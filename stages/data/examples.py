@@ -8,7 +8,7 @@ memory-mapped: a worker's memory does not grow with the dataset.
 """
 from __future__ import annotations
 
-from stages.data.render import IGNORE
+from stages.data.render import IGNORE, text_ids
 from stages.tasks import HELDOUT, TRAIN, ArithmeticTasks
 
 SPLIT_DIRS = {TRAIN: "train", HELDOUT: "eval"}
@@ -26,8 +26,15 @@ class FileExamples:
         return len(self._rows[split])
 
     def lm_example(self, split: str, index: int) -> tuple[list[int], list[int]]:
+        """(ids, labels); of a preference pair, the chosen answer after the prompt the two
+        answers share (what a handoff into RM judges a policy on)."""
         row = self._rows[split][index]
-        return row["input_ids"], row["labels"]
+        if "input_ids" in row:
+            return row["input_ids"], row["labels"]
+        chosen, rejected = row["chosen_ids"], row["rejected_ids"]
+        shared = next((i for i, (a, b) in enumerate(zip(chosen, rejected)) if a != b),
+                      min(len(chosen), len(rejected)))
+        return chosen, [IGNORE] * shared + chosen[shared:]
 
     def preference(self, split: str, index: int) -> tuple[list[int], list[int]]:
         row = self._rows[split][index]
@@ -35,7 +42,8 @@ class FileExamples:
 
 
 class BuiltinExamples:
-    """The synthetic arithmetic tasks, tokenized as each stage trains on them."""
+    """The synthetic arithmetic tasks, tokenized as each stage trains on them (with any
+    model's tokenizer: BOS and EOS only where it has them)."""
 
     def __init__(self, tasks: ArithmeticTasks, tokenizer, stage: str, seq_len: int):
         self.tasks, self.tok, self.stage, self.seq_len = tasks, tokenizer, stage, seq_len
@@ -44,23 +52,21 @@ class BuiltinExamples:
         return self.tasks.size(split)
 
     def lm_example(self, split: str, index: int) -> tuple[list[int], list[int]]:
-        t = self.tok
         if self.stage == "cpt":  # packed lines of solved problems, loss on every token
             text = self.tasks.corpus_text(split, index, min_chars=self.seq_len)
-            ids = ([t.bos_token_id] + t(text)["input_ids"])[: self.seq_len]
+            ids = text_ids(self.tok, text, bos=True, eos=False)[: self.seq_len]
             return ids, list(ids)
         prompt, answer = self.tasks.sft_example(split, index)  # loss on the answer only
-        p_ids = [t.bos_token_id] + t(prompt)["input_ids"]
-        a_ids = t(answer)["input_ids"] + [t.eos_token_id]
+        p_ids = text_ids(self.tok, prompt, bos=True, eos=False)
+        a_ids = text_ids(self.tok, answer, bos=False, eos=True)
         return (p_ids + a_ids)[: self.seq_len], ([IGNORE] * len(p_ids) + a_ids)[: self.seq_len]
 
     def preference(self, split: str, index: int) -> tuple[list[int], list[int]]:
         prompt, good, bad = self.tasks.preference_pair(split, index)
-        t = self.tok
+        head = text_ids(self.tok, prompt, bos=True, eos=False)
 
         def ids(answer: str) -> list[int]:
-            return ([t.bos_token_id] + t(prompt)["input_ids"] + t(answer)["input_ids"]
-                    + [t.eos_token_id])[: self.seq_len]
+            return (head + text_ids(self.tok, answer, bos=False, eos=True))[: self.seq_len]
         return ids(good), ids(bad)
 
 

@@ -111,11 +111,15 @@ def load_tokenizer(cfg, model_dir: Path):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    override = cfg.model.chat_template
-    if override:
-        path = Path(override)
-        tokenizer.chat_template = path.read_text(encoding="utf-8") if path.is_file() else override
+    if cfg.model.chat_template:
+        tokenizer.chat_template = template_text(cfg.model.chat_template)
     return tokenizer, tokenizer.chat_template
+
+
+def template_text(setting: str) -> str:
+    """model.chat_template: a file's text, else the setting itself (an inline template)."""
+    path = Path(setting)
+    return path.read_text(encoding="utf-8") if path.is_file() else setting
 
 
 def tokenizer_digest(model_dir: Path) -> str:

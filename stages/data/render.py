@@ -18,6 +18,18 @@ from stages.data.formats import MESSAGES, PREFERENCE, PROMPT_COMPLETION, PROMPTS
 IGNORE = -100
 
 
+def text_ids(tokenizer, text: str, *, bos: bool, eos: bool) -> list[int]:
+    """`text`'s ids, starting with BOS (`bos`) and ending with EOS (`eos`) where the model has
+    them, each once: a Llama tokenizer adds BOS itself, a Qwen2 one has none, the built-in
+    one adds nothing."""
+    ids = list(tokenizer(text, add_special_tokens=bos)["input_ids"])
+    if bos and tokenizer.bos_token_id is not None and (not ids or ids[0] != tokenizer.bos_token_id):
+        ids = [tokenizer.bos_token_id] + ids
+    if eos and tokenizer.eos_token_id is not None and (not ids or ids[-1] != tokenizer.eos_token_id):
+        ids.append(tokenizer.eos_token_id)
+    return ids
+
+
 class RowProblem(Exception):
     """What is wrong with one row (reported with its row number by the caller)."""
 
@@ -131,12 +143,7 @@ class Renderer:
         return value
 
     def _plain(self, text: str, add_special: bool, eos: bool) -> list[int]:
-        ids = list(self.tok(text, add_special_tokens=add_special)["input_ids"])
-        if add_special and self.tok.bos_token_id is not None and (not ids or ids[0] != self.tok.bos_token_id):
-            ids = [self.tok.bos_token_id] + ids  # a BOS-using model whose tokenizer adds none
-        if eos and self.eos is not None and (not ids or ids[-1] != self.eos):
-            ids.append(self.eos)
-        return ids
+        return text_ids(self.tok, text, bos=add_special, eos=eos)
 
     def _bos(self) -> list[int]:
         return [self.tok.bos_token_id] if self.tok.bos_token_id is not None else []

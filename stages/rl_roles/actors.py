@@ -106,7 +106,7 @@ class RewardActor:
     @torch.no_grad()
     def score(self, step: int, prompt_index: int, prompt_ids: list[int], tokens: torch.Tensor,
               mask: torch.Tensor) -> dict:
-        from stages.objective import pad
+        from stages.objective import pad, pad_id
         from stages.sampling import decode_rows
         from stages.tasks import TRAIN, check_answer
 
@@ -118,7 +118,7 @@ class RewardActor:
         rm = None
         if self.model is not None:
             rows = [prompt_ids + row[m > 0].tolist() for row, m in zip(tokens, mask)]
-            batch = {"input_ids": pad(rows, self.tokenizer.pad_token_id),
+            batch = {"input_ids": pad(rows, pad_id(self.tokenizer)),
                      "attention_mask": pad([[1] * len(r) for r in rows], 0)}
             rm = self.model(**batch).logits.squeeze(-1).float()
         return {"prompt_index": prompt_index, "checker": checker, "rm": rm}

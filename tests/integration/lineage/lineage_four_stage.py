@@ -8,6 +8,7 @@ from pathlib import Path
 
 from lineage.records import Checkpoint
 from lineage.store import CandidateSpec, LineageStore
+from stages.data.lineage import dataset_records
 
 PARALLEL = {"cpt": {"world_size": 1, "zero_stage": 1}, "sft": {"world_size": 2, "zero_stage": 2},
             "rm": {"world_size": 1, "zero_stage": 0}, "rl": {"world_size": 2, "zero_stage": 1}}
@@ -64,6 +65,14 @@ def _handoff(store, src_run, to_stage, ckpts, criterion, params, chosen_step, re
         equivalence={"passed": True, "max_abs_logit_diff": 0.0})
 
 
+SFT_DATA = {"stage": "sft", "format": "messages", "max_length": 512, "truncation": "error",
+            "loss_on": "completion", "tokenizer": "sha256:" + "7" * 64, "chat_template": "sha256:" + "5" * 64,
+            "train": {"path": "/data/chats.parquet", "kind": "parquet", "files": 1, "rows": 950,
+                      "digest": "sha256:" + "a1" * 32, "keys": {"messages": "conversation"}},
+            "eval": {"from": "train", "fraction": 0.05, "seed": 1234, "rows": 50}}
+"""An SFT data plan (stages.data.prepare) for the records' dataset section."""
+
+
 def build_four_stage(store: LineageStore, root: Path, mlf) -> dict:
     pipeline = store.record_pipeline_run("baton", CONFIG, "c0ffee" * 4, 1234, "test-0.1")
     parent = mlf.start_pipeline(pipeline)
@@ -76,6 +85,9 @@ def build_four_stage(store: LineageStore, root: Path, mlf) -> dict:
     sft, sft_ml, sft_ck, more = _stage(store, mlf, root, pipeline, parent, "sft", h_sft.id)
     models.update(more)
     mlf.log_handoff(sft_ml, store.handoff(h_sft.id), models[h_sft.chosen_checkpoint_id])
+    datasets = dataset_records(SFT_DATA, rows_read=480)  # as flows.recording.datasets writes them
+    store.set_stage_datasets(sft.id, datasets)
+    mlf.log_datasets(sft_ml, datasets)
     store.finish_stage_run(sft.id, "completed")
     mlf.finish(sft_ml, "completed")
     h_rm = _handoff(store, sft, "rm", sft_ck, "max_score", {}, 30, "highest SFT score (0.71)")

@@ -49,7 +49,10 @@ def test_lineage_show_prints_the_tree_of_the_latest_pipeline(cli):
     for text in ("pipeline run 1 'baton'  completed", "CPT attempt 1", "SFT attempt 1",
                  "RM attempt 1", "RL attempt 1",
                  "criterion entropy_floor, chosen step 20 (checkpoint 5), entropy 1.3100",
-                 "criterion max_pairwise_accuracy, chosen step 20"):
+                 "criterion max_pairwise_accuracy, chosen step 20",
+                 "train data /data/chats.parquet  messages  950 rows  sha256:a1a1a1a1a1a1…  read "
+                 "480 rows  keys messages=conversation",
+                 "eval data /data/chats.parquet (held-out 0.05)  messages  50 rows"):
         assert text in out
 
 

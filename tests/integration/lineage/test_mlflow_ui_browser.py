@@ -92,6 +92,11 @@ def test_the_ui_shows_the_pipeline_its_stages_and_the_rl_handoff_tags(
         parent.find_element(By.XPATH, "./ancestor::*[@role='row'][1]//button").click()
         for stage in ("cpt", "sft", "rm"):
             wait.until(ec.presence_of_element_located((By.LINK_TEXT, f"{stage} attempt 1")))
+        # The SFT run's datasets (stages.data) in the runs table's Dataset column: name, our
+        # content digest, and the context tag.
+        wait.until(ec.text_to_be_present_in_element((By.TAG_NAME, "body"), "sft-train: chats.parquet"))
+        table = browser.find_element(By.TAG_NAME, "body").text
+        assert "a1a1a1a1" in table.split("sft-train: chats.parquet", 1)[1][:60], table[-2000:]
         wait.until(ec.element_to_be_clickable((By.LINK_TEXT, "rl attempt 1"))).click()
         # The run page fills in its sections (tags, parent name) from separate requests.
         for text in ("baton.handoff.criterion", "entropy_floor", "Parent run", "baton #1"):
