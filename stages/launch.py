@@ -63,7 +63,7 @@ def launch_stage(cfg: BatonConfig, model_dir: Path, parent: dict | None = None, 
             from stages.rl_roles.launcher import run_with_roles
             return run_with_roles(cfg, model_dir,
                                   lambda c, env: _launch_locked(c, model_dir, parent, env, data),
-                                  lambda line: _note(cfg, line))
+                                  lambda line: _note(cfg, line), data)
         return _launch_locked(cfg, model_dir, parent, {}, data)
 
 

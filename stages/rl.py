@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from stages.frozen import checkpoint_identity, frozen_model, same_frozen_model
 from stages.kl_controller import build_kl_controller
+from stages.data.examples import FileExamples
 from stages.data.render import text_ids
 from stages.objective import CausalLMObjective
 from stages.rl_logprobs import logprobs_of, token_logprobs
@@ -67,8 +68,8 @@ class RlObjective(CausalLMObjective):
 
     name = "rl"
 
-    def __init__(self, stage_cfg, tokenizer, tasks):
-        super().__init__(stage_cfg, tokenizer, tasks)
+    def __init__(self, stage_cfg, tokenizer, tasks, data=None):
+        super().__init__(stage_cfg, tokenizer, tasks, data)
         self.kl = build_kl_controller(stage_cfg)
         self.reference = self.reward_model = None
         self.identities: dict = {}
@@ -78,13 +79,14 @@ class RlObjective(CausalLMObjective):
         self._sums = torch.zeros(len(METRICS) + 1, dtype=torch.float64)
         self._mismatch = no_mismatch()
         self.rl = None  # cfg.rl: correction and batch invariance, bound with the run config
+        self.run_cfg, self.scorer = None, None
         self.steps = None  # stages.rl_steps.RlSteps, bound by the worker (needs the run config)
 
     def bind(self, cfg, sampler, run_dir) -> None:
         """The run's config, sampler and directory: what the journal and roles need."""
         from stages.rl_steps import RlSteps
         self.steps = RlSteps(cfg, sampler, run_dir, self)
-        self.rl = cfg.rl
+        self.rl, self.run_cfg = cfg.rl, cfg
 
     def setup(self, model_dir) -> None:
         s = self.cfg
@@ -108,11 +110,19 @@ class RlObjective(CausalLMObjective):
     def tokens_in(batch: dict) -> int:
         return batch.get("response_tokens", 0)
 
+    def own_data(self) -> bool:
+        return isinstance(self.data, FileExamples)
+
     def prompt_ids(self, index: int, split: str = TRAIN) -> list[int]:
+        if self.own_data():
+            return list(self.data.prompt(split, index)[0])
         problem = self.tasks.rl_prompt(split, index)
         return text_ids(self.tokenizer, problem.prompt, bos=True, eos=False)
 
     def stop_ids(self) -> tuple[int, ...]:
+        """Where a completion ends: EOS, and for the built-in one-line answers a newline."""
+        if self.own_data():
+            return (self.tokenizer.eos_token_id,)
         newline = self.tokenizer("\n")["input_ids"][0]
         return (newline, self.tokenizer.eos_token_id)
 
@@ -184,7 +194,10 @@ class RlObjective(CausalLMObjective):
     @torch.no_grad()
     def evaluate(self, model) -> dict:
         """Mean checker reward of EVAL_SAMPLES_PER_PROMPT fixed-seed samples per fixed held-out
-        prompt (at the rollout temperature) and greedy accuracy on the same prompts."""
+        prompt (at the rollout temperature) and greedy accuracy on the same prompts; on your
+        prompts, your functions' mean reward and pass@1 / pass@k of the same samples."""
+        if self.own_data():
+            return self._evaluate_own(model)
         s, rewards = self.cfg, []
         for index in range(s.eval_samples):
             problem = self.tasks.rl_prompt(HELDOUT, index)
@@ -195,6 +208,35 @@ class RlObjective(CausalLMObjective):
         accuracy = greedy_accuracy(model, self.tokenizer, self.tasks, HELDOUT, s.eval_samples,
                                    s.max_new_tokens)
         return {"eval_reward": sum(rewards) / max(len(rewards), 1), "eval_accuracy": accuracy}
+
+    def _evaluate_own(self, model) -> dict:
+        from handoff.diagnostics import pass_at_k
+        from stages.data.rewards import RewardFailure, scorer_for
+
+        if self.scorer is None:
+            self.scorer = scorer_for(self.run_cfg, self.data.plan)
+        if not self.scorer.functions:  # a reward model alone: the reward actor's to score
+            return {}
+        s, rewards, p1, pk = self.cfg, [], [], []
+        k = min(4, EVAL_SAMPLES_PER_PROMPT)
+        for index in range(self.eval_count()):
+            ids, answer, extra = self.data.prompt(HELDOUT, index)
+            generator = seeded_generator(self.tasks.seed, EVAL_STREAM, index)
+            tokens = generate(model, list(ids), EVAL_SAMPLES_PER_PROMPT, s.max_new_tokens,
+                              s.temperature, generator)
+            scores = []
+            for text in decode_rows(self.tokenizer, tokens):
+                try:
+                    scores.append(self.scorer.score(text, answer, extra))
+                except RewardFailure:  # not a reward: left out of the mean, like a dropped group
+                    continue
+            rewards += scores
+            passed = sum(score >= self.run_cfg.rl.reward.pass_threshold for score in scores)
+            p1.append(pass_at_k(len(scores), passed, 1) if scores else 0.0)
+            pk.append(pass_at_k(len(scores), passed, k) if len(scores) >= k else 0.0)
+        n = max(len(p1), 1)
+        return {"eval_reward": sum(rewards) / max(len(rewards), 1), "eval_pass@1": sum(p1) / n,
+                f"eval_pass@{k}": sum(pk) / n}
 
     # -- checkpointed state -------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -22,6 +22,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=port, default=DEFAULT_PORT, help="port on 127.0.0.1")
 
 
+def training_runs_page(uri: str) -> str | None:
+    """The baton experiment's runs table. MLflow 3's UI opens an experiment on its GenAI
+    overview (traces, judges) unless told otherwise: the experiment's kind tag is no longer
+    read for that, the page address is."""
+    from mlflow import MlflowClient
+
+    from lineage.mlflow_bridge import EXPERIMENT
+    found = MlflowClient(tracking_uri=uri).get_experiment_by_name(EXPERIMENT)
+    return f"#/experiments/{found.experiment_id}/runs?workflowType=machine_learning" if found else None
+
+
 def main(args: argparse.Namespace) -> int:
     from core.config import compose
     from core.server_guard import guarded
@@ -31,6 +42,9 @@ def main(args: argparse.Namespace) -> int:
     uri, root = mlflow_uri(cfg), artifact_root(cfg)
     Path(root).mkdir(parents=True, exist_ok=True)
     print(f"MLflow UI for {safe_url(uri)} at http://127.0.0.1:{args.port} (Ctrl-C to stop)")
+    runs = training_runs_page(uri)
+    if runs:
+        print(f"baton's training runs: http://127.0.0.1:{args.port}/{runs}")
     # The server runs under core.server_guard, which stops everything MLflow starts when
     # this process is stopped or dies. MLflow's job runner (huey consumers) serves GenAI
     # jobs the UI of a training run never submits: not started.

@@ -89,6 +89,8 @@ def compose(overrides: list[str] | tuple[str, ...] = (), config_name: str = "pip
     # First, before anything can print or persist the config: passwords go to the
     # environment, the URLs keep `***` (and so does the config hash).
     found += secrets.move_to_environment(cfg)
+    if cfg.rl.reward.rm_weight is not None:  # the name RL-on-your-data users look for
+        cfg.stage.reward_model_weight = cfg.rl.reward.rm_weight
     found += validate.problems(cfg)
     if found:
         raise ConfigError(found)

@@ -294,10 +294,39 @@ class RlEnvConfig:
 
 
 @dataclass
+class RewardFunctionConfig:
+    """One reward function (verl's custom_reward_function shape, stages.data.rewards)."""
+
+    path: Optional[str] = None
+    """A Python file that defines the function."""
+    name: str = "compute_score"
+    """The function in `path`: fn(data_source, solution_str, ground_truth, extra_info)."""
+    module: Optional[str] = None
+    """Instead of path: an importable 'pkg.module:function'."""
+    weight: float = 1.0
+
+
+@dataclass
+class RlRewardConfig:
+    """Your reward for RL on your own prompts (data.rl)."""
+
+    functions: list[RewardFunctionConfig] = field(default_factory=list)
+    """Summed with their weights; they replace the built-in checker."""
+    rm_weight: Optional[float] = None
+    """Weight of the reward model from the RM stage (stage.reward_model_from) added to the
+    functions' sum; null: stage.reward_model_weight."""
+    timeout_s: float = 10.0
+    """A call running longer is an environment failure (retried, then the group dropped)."""
+    pass_threshold: float = 1.0
+    """A sample passes (pass@k) when its reward from the functions reaches this."""
+
+
+@dataclass
 class RlConfig:
     """RL roles on Ray, the rollout journal and replay (docs/rl_roles.md)."""
 
     ray: RayConfig = field(default_factory=RayConfig)
+    reward: RlRewardConfig = field(default_factory=RlRewardConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     faults: RlFaultsConfig = field(default_factory=RlFaultsConfig)
     env: RlEnvConfig = field(default_factory=RlEnvConfig)

@@ -8,6 +8,8 @@ memory-mapped: a worker's memory does not grow with the dataset.
 """
 from __future__ import annotations
 
+import json
+
 from stages.data.render import IGNORE, text_ids
 from stages.tasks import HELDOUT, TRAIN, ArithmeticTasks
 
@@ -39,6 +41,12 @@ class FileExamples:
     def preference(self, split: str, index: int) -> tuple[list[int], list[int]]:
         row = self._rows[split][index]
         return row["chosen_ids"], row["rejected_ids"]
+
+    def prompt(self, split: str, index: int) -> tuple[list[int], object, dict]:
+        """An RL prompt: (ids, ground truth, the row's other columns) as the reward
+        functions receive them."""
+        row = self._rows[split][index]
+        return row["prompt_ids"], json.loads(row["answer_json"]), json.loads(row["extra_json"])
 
 
 class BuiltinExamples:

@@ -25,11 +25,11 @@ from stages.data.formats import ALL_ROLES, MESSAGES, OPTIONAL_ROLES, ROLES, STAG
 from stages.data.render import Renderer, RowProblem
 
 PLAN = "plan.json"
-RENDER_VERSION = 1
+RENDER_VERSION = 2
 """Bumped when render.py would give other tokens for the same inputs (part of the key)."""
 OUTPUT_COLUMNS = {"text": ("input_ids", "labels"), "prompt_completion": ("input_ids", "labels"),
                   "messages": ("input_ids", "labels"), "preference": ("chosen_ids", "rejected_ids"),
-                  "prompts": ("prompt_ids", "answer", "extra")}
+                  "prompts": ("prompt_ids", "answer_json", "extra_json")}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json",
                    "chat_template.jinja", "chat_template.json")
@@ -86,6 +86,9 @@ def prepare_data(cfg, model_dir: Path) -> dict | None:
     plan = json.loads((root / PLAN).read_text())
     for split in ("train", "eval"):
         plan[split]["cache"] = str(root / split)
+    if stage == "rl":
+        from stages.data.rewards import check_rl_reward
+        check_rl_reward(cfg, plan)
     return plan
 
 
@@ -198,7 +201,7 @@ def _tokenized(data: DataFiles, fmt: str, renderer: Renderer, hf_cache: Path, sp
                 row["problem"] = ""
             except RowProblem as exc:
                 row = {name: [] for name in outputs if name.endswith("ids") or name == "labels"}
-                row.update(answer="", extra="", length=0, problem=str(exc))
+                row.update(answer_json="", extra_json="", length=0, problem=str(exc))
             for name in outputs:
                 out[name].append(row[name])
         return out

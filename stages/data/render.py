@@ -60,8 +60,8 @@ class Renderer:
                    else self._plain(self._string(row, "prompt"), add_special=True, eos=False))
             used = set(self.columns.values())
             extra = {k: v for k, v in row.items() if k not in used}
-            return self._fit({"prompt_ids": ids, "answer": json.dumps(row[self.columns["answer"]]),
-                              "extra": json.dumps(extra, default=str)})
+            return self._fit({"prompt_ids": ids, "answer_json": json.dumps(row[self.columns["answer"]]),
+                              "extra_json": json.dumps(extra, default=str)})
         raise RowProblem(f"unknown format {self.fmt!r}")
 
     def _supervised(self, row: dict) -> tuple[list[int], list[int]]:

@@ -79,7 +79,11 @@ class RewardActor:
     its checkpoint: both reward components of each sample."""
 
     def __init__(self, model_dir: str, reward_model_from: str | None, seed: int,
-                 max_operand: int, heldout_fraction: float, kill_at_step: int = -1, repro=None):
+                 max_operand: int, heldout_fraction: float, kill_at_step: int = -1, repro=None,
+                 data_plan: dict | None = None, reward=None, retries: int = 0):
+        """`data_plan` (stages.data.prepare) and `reward` (cfg.rl): your prompts, scored by
+        your reward functions instead of the checker, each failed call retried `retries`
+        times before the sample's group is dropped."""
         from transformers import AutoTokenizer
 
         from core.repro import apply_in_process
@@ -96,9 +100,19 @@ class RewardActor:
         self.model = None
         if reward_model_from is not None:
             from stages.frozen import frozen_model
+            from stages.objective import pad_id
             from stages.rm import RmObjective
             self.model = frozen_model(RmObjective.model_class, model_dir, reward_model_from,
                                       "reward_model")
+            if self.model.config.pad_token_id is None:  # as RmObjective.build_model trained it
+                self.model.config.pad_token_id = pad_id(self.tokenizer)
+        self.own_data, self.scorer, self.retries = data_plan is not None, None, retries
+        if data_plan is not None and reward.reward.functions:
+            from stages.data.examples import FileExamples
+            from stages.data.rewards import RewardScorer, load_reward_functions
+            self.examples = FileExamples(data_plan)
+            self.scorer = RewardScorer(load_reward_functions(reward.reward), reward.reward.timeout_s,
+                                       str(data_plan["train"]["path"]))
 
     def ready(self) -> dict:
         return {"role": REWARD, "pid": os.getpid(), "restarted": not self.first_life}
@@ -112,13 +126,39 @@ class RewardActor:
 
         if self.kill_at_step == step and self.first_life:
             _die_hard()
-        problem = self.tasks.rl_prompt(TRAIN, prompt_index)
-        checker = torch.tensor([check_answer(problem, text)
-                                for text in decode_rows(self.tokenizer, tokens)], dtype=torch.float64)
+        texts = decode_rows(self.tokenizer, tokens)
+        failures = []
+        if self.scorer is not None:
+            checker, failures = self._functions(prompt_index, texts)
+        elif self.own_data:  # your prompts scored by the reward model alone
+            checker = torch.zeros(len(texts), dtype=torch.float64)
+        else:
+            problem = self.tasks.rl_prompt(TRAIN, prompt_index)
+            checker = torch.tensor([check_answer(problem, text) for text in texts], dtype=torch.float64)
         rm = None
         if self.model is not None:
             rows = [prompt_ids + row[m > 0].tolist() for row, m in zip(tokens, mask)]
             batch = {"input_ids": pad(rows, pad_id(self.tokenizer)),
                      "attention_mask": pad([[1] * len(r) for r in rows], 0)}
             rm = self.model(**batch).logits.squeeze(-1).float()
-        return {"prompt_index": prompt_index, "checker": checker, "rm": rm}
+        return {"prompt_index": prompt_index, "checker": checker, "rm": rm, "failures": failures}
+
+    def _functions(self, prompt_index: int, texts: list[str]) -> tuple[torch.Tensor, list[dict]]:
+        """Your functions' reward per sample (NaN where every attempt failed) and every
+        failed attempt, for the journal and the drop (stages.rl_roles.env_records)."""
+        from stages.data.rewards import RewardFailure
+        from stages.tasks import TRAIN
+
+        _, answer, extra = self.examples.prompt(TRAIN, prompt_index)
+        values, failures = [], []
+        for sample, text in enumerate(texts):
+            value = float("nan")
+            for attempt in range(self.retries + 1):
+                try:
+                    value = self.scorer.score(text, answer, extra)
+                    break
+                except RewardFailure as exc:
+                    failures.append({"sample": sample, "attempt": attempt + 1, "reason": str(exc),
+                                     "retried": attempt < self.retries})
+            values.append(value)
+        return torch.tensor(values, dtype=torch.float64), failures

@@ -35,6 +35,21 @@ def apply_environment(group, result: dict, step: int, events: list) -> None:
         group.checker = torch.tensor(result["rewards"], dtype=torch.float64)
 
 
+def apply_reward_failures(group, score: dict, step: int, events: list) -> None:
+    """Your reward functions' failed calls (stages.data.rewards) are environment failures:
+    each recorded; a sample none of whose attempts returned a number drops its group."""
+    for failure in score.get("failures") or ():
+        events.append({"kind": "env_failure", "role": "reward", "step": step,
+                       "prompt_index": group.prompt_index, **failure})
+    unscored = [i for i, value in enumerate(group.checker.tolist()) if value != value]  # NaN
+    if unscored:
+        group.dropped = {"kind": "reward_function", "samples": unscored,
+                         "attempts": len(score.get("failures") or ())}
+        events.append({"kind": "drop", "role": "reward", "step": step,
+                       "prompt_index": group.prompt_index, "cause": "reward_function",
+                       "samples": unscored, "attempts": group.dropped["attempts"]})
+
+
 def attempts_of(groups) -> list[dict]:
     return [a for g in groups if g.env for tries in g.env for a in tries]
 

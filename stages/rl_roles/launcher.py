@@ -19,7 +19,7 @@ from stages.rl_roles.actors import MAX_RESTARTS, REWARD, RewardActor, RolloutAct
 from stages.rl_roles.environment import PROGRAM
 
 
-def start_roles(cfg, model_dir) -> list:
+def start_roles(cfg, model_dir, data: dict | None = None) -> list:
     """Create the rollout actors and the reward actor (named, in this launch's namespace);
     creation is asynchronous, so they load their models while the trainer starts."""
     import ray
@@ -39,7 +39,8 @@ def start_roles(cfg, model_dir) -> list:
         for i in range(cfg.rl.rollout.actors + cfg.rl.rollout.spares)]
     actors.append(reward_cls.options(name=REWARD).remote(
         str(model_dir), s.reward_model_from if s.reward_model_weight > 0 else None, cfg.seed,
-        cfg.data.max_operand, cfg.data.heldout_fraction, faults.kill_reward_actor_at_step, cfg.repro))
+        cfg.data.max_operand, cfg.data.heldout_fraction, faults.kill_reward_actor_at_step, cfg.repro,
+        data, cfg.rl, cfg.rl.env.retries))
     if cfg.rl.env.task == PROGRAM:
         from stages.rl_roles.environment import ENVIRONMENT, EnvironmentActor
         environment_cls = ray.remote(**options)(EnvironmentActor)
@@ -59,16 +60,16 @@ def stop_roles(actors: list) -> None:
             pass
 
 
-def run_with_roles(cfg, model_dir, launch_once, note):
+def run_with_roles(cfg, model_dir, launch_once, note, data: dict | None = None):
     """`launch_once(cfg, env)` runs the trainer workers once (StageResult or StageFailed);
-    `note(line)` writes to the stage log."""
+    `note(line)` writes to the stage log; `data`: the RL prompts' plan (stages.data)."""
     from stages.errors import StageFailed
 
     handle = cluster.start(cfg.rl.ray.address, f"baton-rl-{uuid.uuid4().hex[:12]}",
                            cfg.rl.ray.dashboard)
     actors = []
     try:
-        actors = start_roles(cfg, model_dir)
+        actors = start_roles(cfg, model_dir, data)
         note(f"RL roles on Ray at {handle.address} ({'started with the stage' if handle.started_here else 'existing cluster'}): "
              f"{cfg.rl.rollout.actors} rollout actor(s) + {cfg.rl.rollout.spares} warm spare(s), 1 reward actor"
              + (", 1 environment actor (sandboxed programs)" if cfg.rl.env.task == PROGRAM else ""))

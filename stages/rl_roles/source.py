@@ -15,7 +15,7 @@ from pathlib import Path
 from ckpt import journal
 from core.errors import BatonError
 from stages.rl_roles.engine import RolloutRequest
-from stages.rl_roles.env_records import apply_environment, step_alert
+from stages.rl_roles.env_records import apply_environment, apply_reward_failures, step_alert
 from stages.rl_roles.groups import Group, group_from, groups_of
 from stages.rl_roles.environment import PROGRAM
 from stages.sampling import TRAIN_STREAM, seeded_generator
@@ -108,6 +108,7 @@ class StepSource:
                                        for g in groups], events)
         for g in groups:
             g.checker, g.rm = scores[g.prompt_index]["checker"], scores[g.prompt_index]["rm"]
+            apply_reward_failures(g, scores[g.prompt_index], step, events)
         if self.cfg.rl.env.task == PROGRAM:  # the checker's part comes from running the programs
             ran = client.run_programs(step, [(g.prompt_index, g.tokens, g.mask) for g in groups], events)
             for g in groups:
