@@ -42,7 +42,7 @@ def _own_data(cfg, model_dir: str):
     """The stage's data (its cached tokenized copy) when it trains on your own data."""
     from stages.data.prepare import prepare_data, uses_own_data
 
-    if cfg is None or not uses_own_data(cfg, cfg.stage.name) or cfg.stage.name == "rl":
+    if cfg is None or not uses_own_data(cfg, cfg.stage.name):
         return None
     from pathlib import Path
 
@@ -55,10 +55,14 @@ def _lm_metrics(path, model_dir, tasks, target_cfg, selection, data=None) -> dic
     load_weights_into(model, path)
     if data is not None:
         from handoff.data_diagnostics import data_diagnostics
+        from stages.data.rewards import scorer_for
+        scorer = (scorer_for(target_cfg, data.plan)
+                  if target_cfg.stage.name == "rl" and target_cfg.rl.reward.functions else None)
         return data_diagnostics(model, tokenizer, data, probe_prompts=selection.probe_prompts,
-                                samples_per_prompt=selection.samples_per_prompt,
+                                samples_per_prompt=selection.samples_per_prompt, k=selection.k,
                                 temperature=target_cfg.stage.temperature,
-                                max_new_tokens=target_cfg.stage.max_new_tokens, seed=target_cfg.seed)
+                                max_new_tokens=target_cfg.stage.max_new_tokens, seed=target_cfg.seed,
+                                scorer=scorer, pass_threshold=target_cfg.rl.reward.pass_threshold)
     return lm_diagnostics(model, tokenizer, tasks, probe_prompts=selection.probe_prompts,
                           samples_per_prompt=selection.samples_per_prompt, k=selection.k,
                           temperature=target_cfg.stage.temperature,

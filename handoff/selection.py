@@ -58,8 +58,8 @@ def score_of(metrics: dict, score_metric: str) -> float:
         raise BatonError(
             f"selection.score_metric={score_metric!r}: the candidates have no {key!r}; they have "
             f"{', '.join(sorted(metrics))}. On your own data there is no built-in checker, so "
-            "accuracy is not measured: set pipeline.handoffs.<name>.selection.score_metric="
-            "-heldout_loss (or entropy)")
+            "accuracy is measured only where your reward functions score RL prompts: set "
+            "pipeline.handoffs.<name>.selection.score_metric=-heldout_loss (or entropy)")
     return sign * float(metrics[key])
 
 
@@ -69,6 +69,8 @@ def select(candidates: list[Candidate], criterion: str, *, score_metric: str,
     if criterion not in CRITERIA:
         raise BatonError(f"selection.criterion={criterion!r}: expected one of {', '.join(CRITERIA)}")
     for c in candidates:
+        if criterion == "latest" and score_metric.lstrip("-") not in c.metrics:
+            continue  # `latest` ignores the score; a diagnostic your data lacks is no error
         c.metrics["score"] = score_of(c.metrics, score_metric)
     if criterion == "study":
         ordered, why = _by_study(candidates, study)

@@ -28,6 +28,12 @@ CHECKPOINT_KEYS = {"init_from": POLICY_STAGES, "reference_from": POLICY_STAGES,
 def check_stage_inputs(cfg) -> None:
     """Raise ConfigError listing every problem with model.path and the starting checkpoints."""
     found = model_dir_problems(cfg.model.path) if cfg.model.path else []
+    s = cfg.stage
+    # Checked at launch, not when composing: in a pipeline the rm->rl handoff supplies
+    # reward_model_from only once the RM stage has run.
+    if s.name == "rl" and s.reward_model_weight > 0 and s.reward_model_from is None:
+        found.append(f"stage.reward_model_weight={s.reward_model_weight} needs "
+                     "stage.reward_model_from=<rm checkpoint>; or set reward_model_weight=0")
     for key, allowed in CHECKPOINT_KEYS.items():
         value = getattr(cfg.stage, key, None)
         if value:

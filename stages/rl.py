@@ -235,8 +235,9 @@ class RlObjective(CausalLMObjective):
             p1.append(pass_at_k(len(scores), passed, 1) if scores else 0.0)
             pk.append(pass_at_k(len(scores), passed, k) if len(scores) >= k else 0.0)
         n = max(len(p1), 1)
-        return {"eval_reward": sum(rewards) / max(len(rewards), 1), "eval_pass@1": sum(p1) / n,
-                f"eval_pass@{k}": sum(pk) / n}
+        # `pass_at_k`, not `pass@k`: MLflow metric names take no '@'.
+        return {"eval_reward": sum(rewards) / max(len(rewards), 1), "eval_pass_at_1": sum(p1) / n,
+                f"eval_pass_at_{k}": sum(pk) / n}
 
     # -- checkpointed state -------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -242,9 +242,6 @@ def _rl_problems(s, zero_stage: int) -> list[str]:
     if s.kl_target is not None and (s.kl_target <= 0 or s.kl_horizon < 1):
         found.append(f"stage.kl_target={s.kl_target} stage.kl_horizon={s.kl_horizon}: expected "
                      "kl_target > 0 and kl_horizon >= 1 (or kl_target=null for a fixed kl_coef)")
-    if s.reward_model_weight > 0 and s.reward_model_from is None:
-        found.append(f"stage.reward_model_weight={s.reward_model_weight} needs "
-                     "stage.reward_model_from=<rm checkpoint>; or set reward_model_weight=0")
     for key in ("reference_from", "reward_model_from"):
         value = getattr(s, key)
         if value is not None:
