@@ -27,11 +27,14 @@ class Verdict:
     """{"step", "tensor", "max_abs_diff"}: the earliest checkpoint both runs kept that differs."""
     environment_differences: list[str] = field(default_factory=list)
     """core.fingerprint.differences(original, re-run), likeliest causes first."""
+    data_differences: list[str] = field(default_factory=list)
+    """Datasets whose content changed between the original and the re-run (stages.data)."""
 
     def summary(self) -> str:
+        data = ("; the data changed: " + "; ".join(self.data_differences)) if self.data_differences else ""
         if self.reproduced:
             text = (f"REPRODUCED bit for bit: {self.steps_compared} steps of the trace and the final "
-                    "checkpoint are identical")
+                    "checkpoint are identical" + data)
             if self.environment_differences:
                 text += "; environment differed: " + "; ".join(self.environment_differences)
             return text
@@ -46,6 +49,8 @@ class Verdict:
             c = self.first_differing_checkpoint
             parts.append(f"first differing checkpoint: step {c['step']}, tensor {c['tensor']} "
                          f"(max |diff| {c['max_abs_diff']:.3e})")
+        if self.data_differences:  # named before the environment: it changes every step
+            parts.append("the data changed, which explains it: " + "; ".join(self.data_differences))
         parts.append("environment differences that can explain it: "
                      + ("; ".join(self.environment_differences) or "none recorded (same fingerprint)"))
         return "; ".join(parts)

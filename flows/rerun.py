@@ -39,7 +39,8 @@ def rerun_task(handoff_id: int, overrides: list[str]) -> dict:
     result = launch_stage(plan.cfg, plan.model_dir, {"rerun_of_stage_run": original_run.id,
                                                      "handoffs": [handoff_id]})
     rec.stage_outputs(stage_run, plan.attempt_dir, result.checkpoints)
-    outcome = verdict(plan, handoff.to_stage, result.checkpoints, original_run.environment)
+    rec.datasets(stage_run, result.data, result.step * plan.cfg.stage.global_batch)
+    outcome = verdict(plan, handoff.to_stage, result.checkpoints, original_run.environment, result.data)
     rec.store.record_event(stage_run.id, "trainer", "rerun",
                            detail={"handoff_id": handoff_id, "original_stage_run": original_run.id,
                                    **asdict(outcome)})

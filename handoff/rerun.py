@@ -71,6 +71,8 @@ class RerunPlan:
     originals: list[Path] = field(default_factory=list)
     """Every checkpoint the original kept, oldest first (the search for the first
     differing one)."""
+    data: dict | None = None
+    """The data plan the original trained on (meta.json), None for the built-in tasks."""
 
 
 def plan_rerun(handoff, original_run_id: int, checkpoint_paths: list[str]) -> RerunPlan:
@@ -85,7 +87,8 @@ def plan_rerun(handoff, original_run_id: int, checkpoint_paths: list[str]) -> Re
     attempt_dir = next_attempt_dir(original_final.parents[2] / RERUNS_DIR, handoff.id)
     config = dict(meta["config"], resume=None)
     config["run"] = dict(config["run"], dir=str(attempt_dir))
-    return RerunPlan(original_final, attempt_dir, from_dict(config), Path(meta["model_dir"]), originals)
+    return RerunPlan(original_final, attempt_dir, from_dict(config), Path(meta["model_dir"]), originals,
+                     meta.get("data"))
 
 
 def _fingerprint_in(directory: Path) -> dict | None:
@@ -93,14 +96,20 @@ def _fingerprint_in(directory: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def verdict(plan: RerunPlan, stage: str, rerun_checkpoints: list[dict], original_fingerprint: dict | None):
+def verdict(plan: RerunPlan, stage: str, rerun_checkpoints: list[dict], original_fingerprint: dict | None,
+            rerun_data: dict | None = None):
     """Per-step trace, the checkpoints both kept and the final one of the re-run against the
     original's, and the differences between the two environment fingerprints
-    (`original_fingerprint`: the one lineage recorded for the original stage run)."""
+    (`original_fingerprint`: the one lineage recorded for the original stage run), and
+    each dataset whose content changed since (`rerun_data`: the re-run's data plan)."""
+    from stages.data.resume import changes
+
     reruns = [Path(c["path"]) for c in rerun_checkpoints if Path(c["path"]).is_dir()]
     rerun_final = Path(rerun_checkpoints[-1]["path"]) if rerun_checkpoints else None
-    return compare_runs(plan.original_final.parents[1] / METRICS,
+    outcome = compare_runs(plan.original_final.parents[1] / METRICS,
                         stage_dir(plan.attempt_dir, stage) / METRICS, plan.original_final, rerun_final,
                         original_checkpoints=plan.originals, rerun_checkpoints=reruns,
                         environments=(original_fingerprint or _fingerprint_in(plan.original_final.parents[1]),
                                       _fingerprint_in(stage_dir(plan.attempt_dir, stage))))
+    outcome.data_differences = changes(plan.data, rerun_data, then="the original")
+    return outcome

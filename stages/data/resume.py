@@ -37,18 +37,19 @@ def check_same_data(cfg, plan: dict | None) -> None:
                        "(recorded in lineage)"])
 
 
-def changes(saved: dict | None, plan: dict | None) -> list[str]:
-    """One line per dataset whose content differs between a checkpoint and now."""
+def changes(saved: dict | None, plan: dict | None, then: str = "the checkpoint") -> list[str]:
+    """One line per dataset whose content differs between a checkpoint (or an original run:
+    `then`) and now."""
     if saved is None and plan is None:
         return []
     if saved is None or plan is None:
-        then = "the built-in tasks" if saved is None else f"{saved['train']['path']}"
+        before = "the built-in tasks" if saved is None else f"{saved['train']['path']}"
         now = "the built-in tasks" if plan is None else f"{plan['train']['path']}"
-        return [f"it trained on {then}, this run is configured with {now}"]
+        return [f"{then} trained on {before}, this run is configured with {now}"]
     found = []
     for split in SPLITS:
         old, new = saved[split].get("digest"), plan[split].get("digest")
         if old != new:
             where = plan[split].get("path") or f"{plan['train']['path']} (held-out share)"
-            found.append(f"{split} data {where} has content {new}, the checkpoint's had {old}")
+            found.append(f"{split} data {where} has content {new}, {then}'s had {old}")
     return found
