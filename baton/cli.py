@@ -1,7 +1,8 @@
 """`baton` command line: parse, dispatch to one command module, map errors to exit codes.
 
 Trailing `key=value` arguments are Hydra overrides of `conf/pipeline.yaml`; every
-command accepts them (`run.dir=…`, `store.url=…`). Exit codes: 0 ok, 1 a check
+command accepts them (`run.dir=…`, `store.url=…`), and `--config FILE` reads a YAML file
+of them first (core.config.config_file). Exit codes: 0 ok, 1 a check
 failed (verify / diff / rerun verdict), 2 bad input (config, paths, records), 3 an
 internal error (a bug: BATON_DEBUG=1 shows its traceback).
 """
@@ -13,7 +14,7 @@ import os
 import re
 import sys
 
-from core.errors import BatonError
+from core.errors import BatonError, UsageError
 
 DEBUG_ENV = "BATON_DEBUG"
 # A Hydra override's key (`stage.max_steps=`, `+x=`, `selection@pipeline.handoffs.a.selection=`):
@@ -53,6 +54,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def take_config_files(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(argv without `--config FILE` / `--config=FILE`, those files' overrides in order)."""
+    from core.config.config_file import file_overrides
+
+    rest, overrides, items = [], [], iter(argv)
+    for item in items:
+        if item == "--config":
+            path = next(items, None)
+            if path is None:
+                raise UsageError("--config", "", "expected a YAML file of settings after --config")
+            overrides += file_overrides(path)
+        elif item.startswith("--config="):
+            overrides += file_overrides(item.split("=", 1)[1])
+        else:
+            rest.append(item)
+    return rest, overrides
+
+
 def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
     """Separate Hydra overrides (key=value, not starting with '-') from CLI arguments."""
     args, overrides = [], []
@@ -68,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = "baton"
     try:
+        argv, from_files = take_config_files(argv)  # the command line's overrides win
         args_only, overrides = split_overrides(argv)
+        overrides = from_files + overrides
         args = build_parser().parse_args(args_only)  # bad usage: SystemExit(2) with usage
         command = f"baton {args.command}"
         args.overrides, args.own_process = overrides, own_process

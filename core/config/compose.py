@@ -86,6 +86,7 @@ def compose(overrides: list[str] | tuple[str, ...] = (), config_name: str = "pip
         found.append("run.dir='': expected a directory for the run home (e.g. run.dir=runs/try1)")
         cfg.run.dir = "runs/default"
     cfg.run.dir = str(Path(cfg.run.dir).expanduser().resolve())
+    absolute_input_paths(cfg)
     # First, before anything can print or persist the config: passwords go to the
     # environment, the URLs keep `***` (and so does the config hash).
     found += secrets.move_to_environment(cfg)
@@ -95,6 +96,26 @@ def compose(overrides: list[str] | tuple[str, ...] = (), config_name: str = "pip
     if found:
         raise ConfigError(found)
     return cfg
+
+
+def absolute_input_paths(cfg: BatonConfig) -> None:
+    """Your data, chat template and reward files, as absolute paths: stages and Prefect
+    workers run in other directories than the command that named them. A glob stays a
+    glob (only made absolute)."""
+    import os
+
+    def absolute(value):
+        return os.path.abspath(os.path.expanduser(value)) if value and "://" not in value else value
+
+    for stage in ("cpt", "sft", "rm", "rl"):
+        section = getattr(cfg.data, stage)
+        section.train.path, section.eval.path = absolute(section.train.path), absolute(section.eval.path)
+    cfg.data.cache_dir = absolute(cfg.data.cache_dir)
+    for function in cfg.rl.reward.functions:
+        function.path = absolute(function.path)
+    template = cfg.model.chat_template
+    if template and "{" not in template and Path(template).expanduser().is_file():
+        cfg.model.chat_template = absolute(template)  # a file, not an inline template
 
 
 def as_dict(cfg: BatonConfig) -> dict:
