@@ -37,6 +37,7 @@ def metrics(run_dir: Path, stage: str) -> dict[int, dict]:
 LONGEST_FIRST = [
     "tests/integration/ckpt/test_resume_is_bit_exact.py",
     "tests/integration/flows/test_pipeline_and_rerun.py",
+    "tests/integration/stages/test_own_model_and_data.py",
     "tests/integration/ckpt/test_random_kills_during_saves.py",
     "tests/integration/rl/test_rl_roles.py",
     "tests/integration/flows/test_selection_study.py",

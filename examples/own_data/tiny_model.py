@@ -1,8 +1,9 @@
-"""Test helper: tiny random-initialised Hugging Face causal LMs, built offline.
+"""Tiny random-initialised Hugging Face causal LMs, built offline: the example's model
+(`make_data.py --model DIR`) and the tests' two model families.
 
-Users bring a model directory written by `save_pretrained`, not a baton-made one, so the
-tests build exactly that: a config, safetensors weights and a real tokenizer side by side.
-Two families cover the differences that break post-training code in practice:
+Users bring a model directory written by `save_pretrained`, not a baton-made one, so
+this builds exactly that: a config, safetensors weights and a real tokenizer side by
+side. Two families cover the differences that break post-training code in practice:
 
 - "llama": a BOS token added on every encode, no pad token, a Llama-3-style chat template
   that itself starts with the BOS token;
