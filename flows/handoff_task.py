@@ -52,10 +52,10 @@ def run_handoff(overrides: list[str], name: str, pipeline_run_id: int, from_stag
          for c in candidates],
         criterion_params={**asdict(sel), **({"study": asdict(study)} if study else {})},
         entropy=chosen.metrics["entropy"],
-        carry_policy=carry_record(plan.carry, new_params))
+        carry_policy=carry_record(plan.carry, new_params, _train_data(target)))
     print(f"[handoff {name}] #{handoff.id}: chose {plan.from_stage} step {chosen.step} by "
           f"{sel.criterion}: {reason}", flush=True)
-    for line in carry_lines(plan.carry, plan.to_stage, new_params):
+    for line in carry_lines(plan.carry, plan.to_stage, new_params, _train_data(target)):
         print(f"[handoff {name}] {line}", flush=True)
     dst = decide.reshard_destination(stage_root, name, handoff.id, chosen.path)
     try:
@@ -75,6 +75,11 @@ def run_handoff(overrides: list[str], name: str, pipeline_run_id: int, from_stag
     _artifacts(name, handoff.id, candidates, chosen, reason)
     return {"handoff_id": handoff.id, "role": plan.role, "input_path": prepared.path,
             "chosen_path": chosen.path, "to_stage": plan.to_stage, "carry": asdict(plan.carry)}
+
+
+def _train_data(cfg) -> str | None:
+    """The next stage's train data path (stages.data), None for the built-in tasks."""
+    return getattr(cfg.data, cfg.stage.name).train.path
 
 
 def _artifacts(name: str, handoff_id: int, candidates, chosen, reason: str) -> None:

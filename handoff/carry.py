@@ -13,14 +13,17 @@ PARTS = (("weights", "weights"), ("optimizer", "optimizer moments"),
          ("scheduler", "LR scheduler position"), ("rng", "RNG streams"))
 
 
-def carry_record(carry, new_parameters: list[str]) -> dict:
-    """The carry policy as lineage stores it: each flag, what is reset, the new parameters."""
+def carry_record(carry, new_parameters: list[str], data: str | None = None) -> dict:
+    """The carry policy as lineage stores it: each flag, what is reset, the new parameters,
+    and where the next stage's data starts (never carried: `data`, its train path, or
+    None for the built-in tasks)."""
     flags = asdict(carry)
     return {**flags, "new_parameters": list(new_parameters),
-            "reset": [k for k, v in flags.items() if not v]}
+            "reset": [k for k, v in flags.items() if not v],
+            "data_position": {"row": 0, "dataset": data or "built-in tasks"}}
 
 
-def carry_lines(carry, target_stage: str, new_parameters: list[str]) -> list[str]:
+def carry_lines(carry, target_stage: str, new_parameters: list[str], data: str | None = None) -> list[str]:
     """Each setting inherited or reset, said out loud (nanochat's 'Inherited lr=…')."""
     lines = []
     for key, label in PARTS:
@@ -31,6 +34,8 @@ def carry_lines(carry, target_stage: str, new_parameters: list[str]) -> list[str
             lines.append(f"{target_stage}: {label} reset (carry.{key}=false)"
                          + (", derived from (seed, stage, rank)" if key == "rng" else ""))
     lines += [f"{target_stage}: new parameter {name} (not in the checkpoint)" for name in new_parameters]
+    lines.append(f"{target_stage}: data starts at row 0 of {data or 'the built-in tasks'} "
+                 "(a stage's data position is its own)")
     return lines
 
 

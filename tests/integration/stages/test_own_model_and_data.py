@@ -82,6 +82,8 @@ def test_the_whole_pipeline_runs_on_your_model_data_and_reward(pipelines, family
     chosen = next(c for c in into_rl["candidates"] if c["chosen"])
     # Judged on your RL prompts with your reward function: pass@k and accuracy exist.
     assert {"heldout_loss", "entropy", "accuracy", "pass@1", "pass@2"} <= set(chosen["metrics"])
+    assert into_rl["carry_policy"]["data_position"]["row"] == 0
+    assert into_rl["carry_policy"]["data_position"]["dataset"].endswith("rl/prompts.jsonl")
 
 
 def test_lineage_and_mlflow_record_every_dataset(pipelines, workload):

@@ -34,9 +34,13 @@ def test_a_reward_model_is_loaded_as_itself():
 def test_carry_record_and_lines():
     record = carry_record(Carry(), ["score.weight"])
     assert record["reset"] == ["optimizer", "rng"] and record["new_parameters"] == ["score.weight"]
+    assert record["data_position"] == {"row": 0, "dataset": "built-in tasks"}
     lines = carry_lines(Carry(), "rm", ["score.weight"])
     assert "rm: optimizer moments reset (carry.optimizer=false)" in lines
-    assert lines[-1] == "rm: new parameter score.weight (not in the checkpoint)"
+    assert lines[-2] == "rm: new parameter score.weight (not in the checkpoint)"
+    assert lines[-1] == "rm: data starts at row 0 of the built-in tasks (a stage's data position is its own)"
+    own = carry_record(Carry(), [], "/data/pairs.jsonl")
+    assert own["data_position"] == {"row": 0, "dataset": "/data/pairs.jsonl"}
 
 
 def test_inputs_become_stage_overrides():

@@ -1,0 +1,51 @@
+"""`--config FILE`: a YAML file of settings read as overrides, the command line winning;
+every per-stage example in conf/examples composes; a bad file is refused by name."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from baton.cli import take_config_files
+from core.config import compose
+from core.config.config_file import file_overrides
+from core.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("stage", ["cpt", "sft", "rm", "rl"])
+def test_each_stage_example_composes(stage):
+    cfg = compose([f"stage={stage}", *file_overrides(str(REPO / "conf" / "examples" / f"{stage}.yaml"))])
+    section = getattr(cfg.data, stage)
+    assert Path(section.train.path).is_absolute() and section.train.path.startswith(str(Path.cwd()))
+    if stage == "rl":
+        assert [f.name for f in cfg.rl.reward.functions] == ["compute_score", "brevity"]
+        assert cfg.rl.reward.functions[1].weight == 0.1
+
+
+def test_the_command_line_wins_over_the_file(tmp_path):
+    settings = tmp_path / "s.yaml"
+    settings.write_text("stage.max_steps: 7\ndata:\n  sft: {train: {path: 'a b.jsonl', keys: {prompt: q}}}\n"
+                        "rl: {reward: {functions: [{module: 'pkg.mod:fn', weight: 2}]}}\n")
+    argv, overrides = take_config_files(["run", "--config", str(settings), "stage.max_steps=9"])
+    assert argv == ["run", "stage.max_steps=9"]
+    cfg = compose([*overrides, "stage.max_steps=9"])
+    assert cfg.stage.max_steps == 9
+    assert cfg.data.sft.train.path.endswith("/a b.jsonl") and cfg.data.sft.train.keys.prompt == "q"
+    assert cfg.rl.reward.functions[0].module == "pkg.mod:fn" and cfg.rl.reward.functions[0].weight == 2
+
+
+def test_a_bad_file_is_refused_by_name(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read it"):
+        file_overrides(str(tmp_path / "absent.yaml"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("data: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        file_overrides(str(bad))
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="holds a list; expected a mapping"):
+        file_overrides(str(bad))
+    bad.write_text("data: {sft: {train: {paht: x.jsonl}}}\n")
+    with pytest.raises(ConfigError, match="unknown config key 'data.sft.train.paht'"):
+        compose(file_overrides(str(bad)))
