@@ -9,21 +9,14 @@ never solves, so this is the share of prompts RL can learn from.
 """
 from __future__ import annotations
 
-from math import comb
 
 import torch
 
 from stages.data.render import text_ids
+from stages.sampling import pass_at_k  # noqa: F401  (a diagnostic of this module, shared with RL)
 from stages.tasks import HELDOUT, ArithmeticTasks, check_answer
 
 PROBE_SEED_OFFSET = 7919  # probe sampling never shares a stream with training
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k (Chen et al. 2021): 1 - C(n-c, k) / C(n, k)."""
-    if n - c < k:
-        return 1.0
-    return 1.0 - comb(n - c, k) / comb(n, k)
 
 
 def _prompt_ids(tokenizer, prompt: str) -> list[int]:

@@ -210,7 +210,7 @@ class RlObjective(CausalLMObjective):
         return {"eval_reward": sum(rewards) / max(len(rewards), 1), "eval_accuracy": accuracy}
 
     def _evaluate_own(self, model) -> dict:
-        from handoff.diagnostics import pass_at_k
+        from stages.sampling import pass_at_k
         from stages.data.rewards import RewardFailure, scorer_for
 
         if self.scorer is None:

@@ -8,6 +8,8 @@ every attention implementation is worth more here than the saved FLOPs.
 """
 from __future__ import annotations
 
+from math import comb
+
 import numpy as np
 import torch
 
@@ -71,3 +73,10 @@ def greedy_accuracy(model, tokenizer, tasks, split: str, count: int, max_new_tok
         tokens = generate(model, ids, 1, max_new_tokens, 1.0, None)
         hits += check_answer(problem, decode_rows(tokenizer, tokens)[0])
     return hits / max(count, 1)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k (Chen et al. 2021): 1 - C(n-c, k) / C(n, k)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)
