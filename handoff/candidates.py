@@ -56,13 +56,14 @@ def _lm_metrics(path, model_dir, tasks, target_cfg, selection, data=None) -> dic
     if data is not None:
         from handoff.data_diagnostics import data_diagnostics
         from stages.data.rewards import scorer_for
+        from stages.sampling import stop_token_ids
         scorer = (scorer_for(target_cfg, data.plan)
                   if target_cfg.stage.name == "rl" and target_cfg.rl.reward.functions else None)
         return data_diagnostics(model, tokenizer, data, probe_prompts=selection.probe_prompts,
                                 samples_per_prompt=selection.samples_per_prompt, k=selection.k,
                                 temperature=target_cfg.stage.temperature,
                                 max_new_tokens=target_cfg.stage.max_new_tokens, seed=target_cfg.seed,
-                                scorer=scorer, pass_threshold=target_cfg.rl.reward.pass_threshold)
+                                stop_ids=stop_token_ids(tokenizer, model_dir), scorer=scorer, pass_threshold=target_cfg.rl.reward.pass_threshold)
     return lm_diagnostics(model, tokenizer, tasks, probe_prompts=selection.probe_prompts,
                           samples_per_prompt=selection.samples_per_prompt, k=selection.k,
                           temperature=target_cfg.stage.temperature,

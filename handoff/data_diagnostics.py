@@ -20,13 +20,14 @@ from stages.tasks import HELDOUT
 
 @torch.no_grad()
 def data_diagnostics(model, tokenizer, examples, *, probe_prompts: int, samples_per_prompt: int,
-                     k: int, temperature: float, max_new_tokens: int, seed: int,
+                     k: int, temperature: float, max_new_tokens: int, seed: int, stop_ids,
                      scorer=None, pass_threshold: float = 1.0) -> dict:
-    """`examples`: the next stage's stages.data.examples.FileExamples; `scorer`: its
-    stages.data.rewards.RewardScorer when the next stage is RL with reward functions."""
+    """`examples`: the next stage's stages.data.examples.FileExamples; `stop_ids`: where a
+    completion ends (stages.sampling.stop_token_ids); `scorer`: the next stage's
+    stages.data.rewards.RewardScorer when it is RL with reward functions."""
     model.eval()
     generator = torch.Generator().manual_seed(seed + PROBE_SEED_OFFSET)
-    stop_ids = {tokenizer.eos_token_id}
+    stop_ids = set(stop_ids)
     prompts = examples.plan["format"] == "prompts"
     losses, entropy_sum, entropy_count = [], 0.0, 0.0
     greedy_hits, p1, pk, variance = 0.0, [], [], []
@@ -48,8 +49,9 @@ def data_diagnostics(model, tokenizer, examples, *, probe_prompts: int, samples_
         entropy_count += float(mask.sum())
         if prompts and scorer is not None:
             greedy, _ = sample(model, list(prompt), 1, max_new_tokens, 1e-6, generator)
-            greedy_hits += _passes(scorer, decode_rows(tokenizer, greedy), answer, extra, pass_threshold)
-            correct = _passes(scorer, decode_rows(tokenizer, tokens), answer, extra, pass_threshold)
+            greedy_hits += _passes(scorer, decode_rows(tokenizer, greedy, stop_ids), answer, extra,
+                                   pass_threshold)
+            correct = _passes(scorer, decode_rows(tokenizer, tokens, stop_ids), answer, extra, pass_threshold)
             p1.append(pass_at_k(samples_per_prompt, correct, 1))
             pk.append(pass_at_k(samples_per_prompt, correct, k))
             solved = correct / samples_per_prompt

@@ -56,8 +56,7 @@ def launch_stage(cfg: BatonConfig, model_dir: Path, parent: dict | None = None, 
         if not inputs_checked:
             check_stage_inputs(cfg)  # model.path and starting checkpoints, before any worker
         data = prepare_data(cfg, model_dir)  # your data, checked and tokenized (cached)
-        if data is not None:
-            check_same_data(cfg, data)
+        check_same_data(cfg, data)  # a resume reads what its checkpoint was trained on
         if cfg.stage.name == "rl" and cfg.rl.replay_journal is None:
             # RL roles (rollout, reward) run as Ray actors beside the trainer workers.
             from stages.rl_roles.launcher import run_with_roles

@@ -122,7 +122,8 @@ class RlObjective(CausalLMObjective):
     def stop_ids(self) -> tuple[int, ...]:
         """Where a completion ends: EOS, and for the built-in one-line answers a newline."""
         if self.own_data():
-            return (self.tokenizer.eos_token_id,)
+            from stages.sampling import stop_token_ids
+            return stop_token_ids(self.tokenizer, self.model_dir)
         newline = self.tokenizer("\n")["input_ids"][0]
         return (newline, self.tokenizer.eos_token_id)
 
@@ -225,7 +226,7 @@ class RlObjective(CausalLMObjective):
             tokens = generate(model, list(ids), EVAL_SAMPLES_PER_PROMPT, s.max_new_tokens,
                               s.temperature, generator)
             scores = []
-            for text in decode_rows(self.tokenizer, tokens):
+            for text in decode_rows(self.tokenizer, tokens, self.stop_ids()):
                 try:
                     scores.append(self.scorer.score(text, answer, extra))
                 except RewardFailure:  # not a reward: left out of the mean, like a dropped group

@@ -51,14 +51,29 @@ def response_mask(tokens: torch.Tensor, stop_ids: tuple[int, ...]) -> torch.Tens
     return (stopped_before == 0).float()
 
 
-def decode_rows(tokenizer, tokens: torch.Tensor) -> list[str]:
-    """Text of each row up to its first eos (what follows an eos is not part of the answer)."""
+def decode_rows(tokenizer, tokens: torch.Tensor, stop_ids=None) -> list[str]:
+    """Text of each row up to its first eos, or first of `stop_ids` (what follows is not
+    part of the answer)."""
+    stops = set(stop_ids or (tokenizer.eos_token_id,))
     texts = []
     for row in tokens.tolist():
-        if tokenizer.eos_token_id in row:
-            row = row[: row.index(tokenizer.eos_token_id)]
-        texts.append(tokenizer.decode(row, skip_special_tokens=True))
+        end = next((i for i, token in enumerate(row) if token in stops), len(row))
+        texts.append(tokenizer.decode(row[:end], skip_special_tokens=True))
     return texts
+
+
+def stop_token_ids(tokenizer, model_dir) -> tuple[int, ...]:
+    """Where a completion of your model ends: EOS and every id its generation config names
+    as one (a chat model's end of turn, Llama-3's <|eot_id|>), each once."""
+    import json
+    from pathlib import Path
+
+    ids = [tokenizer.eos_token_id]
+    config = Path(model_dir) / "generation_config.json"
+    if config.is_file():
+        eos = json.loads(config.read_text()).get("eos_token_id")
+        ids += eos if isinstance(eos, list) else [eos]
+    return tuple(dict.fromkeys(i for i in ids if i is not None))
 
 
 def greedy_accuracy(model, tokenizer, tasks, split: str, count: int, max_new_tokens: int) -> float:

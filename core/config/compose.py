@@ -151,5 +151,12 @@ def training_config_hash(cfg: BatonConfig) -> str:
 
 def quoted(key: str, value) -> str:
     """An override whose value may hold ':' '/' '@' (paths, URLs)."""
-    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
-    return f"{key}='{text}'"
+    return f"{key}={quoted_value(value)}"
+
+
+def quoted_value(value) -> str:
+    """A string in Hydra's override grammar. Hydra unescapes a backslash only before a
+    quote (or the closing one): those are doubled, any other (a template's '\\n') stays."""
+    import re
+    text = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, str(value)).replace("'", "\\'")
+    return f"'{text}'"

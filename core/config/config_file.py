@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from core.config.compose import quoted_value
 from core.errors import ConfigError
 
 
@@ -53,5 +54,4 @@ def _value(value) -> str:
         return "[" + ",".join(_value(v) for v in value) + "]"
     if isinstance(value, dict):
         return "{" + ",".join(f"{k}:{_value(v)}" for k, v in value.items()) + "}"
-    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{text}'"
+    return quoted_value(value)

@@ -16,8 +16,8 @@ from pathlib import Path
 from core.errors import ConfigError
 
 SUFFIX_KINDS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
-SAVED_DATASET_FILES = ("state.json", "dataset_info.json")
-"""What `datasets.save_to_disk` writes beside its Arrow files."""
+SAVED_DATASET_FILES = ("state.json", "dataset_info.json", "dataset_dict.json")
+"""What `datasets.save_to_disk` writes beside its Arrow files (a DatasetDict: the last)."""
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ def resolve(key: str, path: str) -> DataFiles:
     found = Path(path)
     if found.is_dir():
         if any((found / name).is_file() for name in SAVED_DATASET_FILES):
-            return DataFiles(key, path, "saved", tuple(sorted(p for p in found.rglob("*") if p.is_file())))
+            return DataFiles(key, path, "saved", _saved_files(found))
         files = sorted(p for p in found.iterdir() if p.suffix in SUFFIX_KINDS)
         where = f"{key}={path!r} is a directory with no data files"
     elif any(ch in path for ch in "*?["):
@@ -60,6 +60,18 @@ def resolve(key: str, path: str) -> DataFiles:
         raise ConfigError([f"{key}={path!r} mixes JSON and Parquet files ({', '.join(p.name for p in files)}); "
                            "expected files of one kind: pass one glob per kind of file"])
     return DataFiles(key, path, kinds.pop(), tuple(files))
+
+
+def _saved_files(directory: Path) -> tuple[Path, ...]:
+    """The files a save_to_disk directory's state.json names, and its metadata: not the
+    cache files `datasets` may write beside them later, which would change the digest."""
+    state = directory / "state.json"
+    names = [name for name in SAVED_DATASET_FILES if (directory / name).is_file()]
+    try:
+        names += [entry["filename"] for entry in json.loads(state.read_text())["_data_files"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # no state.json (a DatasetDict) or an unreadable one: load() names the problem
+    return tuple(sorted(directory / name for name in set(names)))
 
 
 def content_digest(data: DataFiles) -> str:

@@ -59,13 +59,13 @@ def prepare_data(cfg, model_dir: Path) -> dict | None:
     train = resolve(f"data.{stage}.train.path", section.train.path)
     held = resolve(f"data.{stage}.eval.path", section.eval.path) if section.eval.path else None
     columns = {role: column_of(section.train.keys, role) for role in ALL_ROLES}
-    named = any(getattr(section.eval.keys, role) for role in ALL_ROLES)
-    eval_columns = {role: column_of(section.eval.keys if named else section.train.keys, role)
+    eval_columns = {role: getattr(section.eval.keys, role) or column_of(section.train.keys, role)
                     for role in ALL_ROLES}
     common = {"stage": stage, "format": fmt, "max_length": max_length,
               "truncation": cfg.data.truncation, "loss_on": cfg.data.loss_on,
               "tokenizer": tokenizer_digest(model_dir),
-              "chat_template": _digest(template) if template else None,
+              "chat_template": _digest(template if isinstance(template, str)
+                                       else json.dumps(template, sort_keys=True)) if template else None,
               "render_version": RENDER_VERSION}
     sources = {"train": {**_describe(train), "keys": _used(columns, fmt)}}
     if held is not None:
@@ -102,6 +102,10 @@ def _check_options(cfg, stage: str, fmt: str) -> None:
     if cfg.data.loss_on not in ("completion", "all"):
         found.append(f"data.loss_on={cfg.data.loss_on!r}: expected completion or all")
     section = data_section(cfg, stage)
+    if stage == "rl" and cfg.rl.env.task != "answer":
+        found.append(f"rl.env.task={cfg.rl.env.task!r} with data.rl.train.path: the program "
+                     "environment checks the built-in tasks' answers; score your prompts with "
+                     "rl.reward.functions (rl.env.task=answer)")
     if not section.eval.path and not 0 < section.eval_fraction < 1:
         found.append(f"data.{stage}.eval_fraction={section.eval_fraction}: expected a share "
                      f"between 0 and 1 of the train rows, or data.{stage}.eval.path=<file>")
@@ -114,6 +118,11 @@ def load_tokenizer(cfg, model_dir: Path):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    if not tokenizer.is_fast:
+        raise ConfigError([f"model.path={str(model_dir)!r}: its tokenizer loads as the slow "
+                           f"{type(tokenizer).__name__}, which cannot say where each token starts "
+                           "(needed to find the answer's tokens); save a fast tokenizer "
+                           "(tokenizer.json) into the model directory"])
     if cfg.model.chat_template:
         tokenizer.chat_template = template_text(cfg.model.chat_template)
     return tokenizer, tokenizer.chat_template
@@ -159,9 +168,9 @@ def _build(root: Path, stage: str, fmt: str, train: DataFiles, held: DataFiles |
     tmp = root.with_name(root.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     hf_cache = root.parent / "hf"
-    rows = _tokenized(train, fmt, renderer, hf_cache, "train")
+    rows = _tokenized(train, fmt, renderer, hf_cache, hf_cache / f"{root.name}-train.arrow")
     if held is not None:
-        held_rows, train_rows = _tokenized(held, fmt, eval_renderer, hf_cache, "eval"), rows
+        held_rows, train_rows = _tokenized(held, fmt, eval_renderer, hf_cache, hf_cache / f"{root.name}-eval.arrow"), rows
     else:
         n_eval = int(len(rows) * fraction)
         if n_eval < 1:
@@ -179,8 +188,9 @@ def _build(root: Path, stage: str, fmt: str, train: DataFiles, held: DataFiles |
     tmp.rename(root)
 
 
-def _tokenized(data: DataFiles, fmt: str, renderer: Renderer, hf_cache: Path, split: str):
-    """The rows tokenized (columns OUTPUT_COLUMNS[fmt] + length); refuses the first bad row."""
+def _tokenized(data: DataFiles, fmt: str, renderer: Renderer, hf_cache: Path, written: Path):
+    """The rows tokenized (columns OUTPUT_COLUMNS[fmt] + length); refuses the first bad row.
+    `written`: where `datasets.map` writes them (never beside your files)."""
     rows = load(data, hf_cache)
     if len(rows) == 0:
         raise no_rows(data)
@@ -199,9 +209,10 @@ def _tokenized(data: DataFiles, fmt: str, renderer: Renderer, hf_cache: Path, sp
             try:
                 row = renderer.row({name: values[i] for name, values in batch.items()})
                 row["problem"] = ""
-            except RowProblem as exc:
+            except Exception as exc:  # RowProblem, or the template / JSON failing on this row
+                reason = str(exc) if isinstance(exc, RowProblem) else f"{type(exc).__name__}: {exc}"
                 row = {name: [] for name in outputs if name.endswith("ids") or name == "labels"}
-                row.update(answer_json="", extra_json="", length=0, problem=str(exc))
+                row.update(answer_json="", extra_json="", length=0, problem=reason)
             for name in outputs:
                 out[name].append(row[name])
         return out
@@ -212,7 +223,8 @@ def _tokenized(data: DataFiles, fmt: str, renderer: Renderer, hf_cache: Path, sp
     try:
         tokenized = rows.map(render_batch, batched=True, batch_size=500, num_proc=workers,
                              remove_columns=rows.column_names, load_from_cache_file=False,
-                             desc=f"tokenizing {data.key.rsplit('.', 2)[0]} {split}")
+                             cache_file_name=str(written),
+                             desc=f"tokenizing {data.key.rsplit('.', 2)[0]} {written.stem.rsplit('-', 1)[-1]}")
     finally:
         datasets.disable_progress_bars()
     problems = tokenized["problem"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from stages.data.formats import MESSAGES, PREFERENCE, PROMPT_COMPLETION, PROMPTS, TEXT
+from stages.data.formats import MESSAGES, PREFERENCE, PROMPT_COMPLETION, PROMPTS, ROLES, TEXT
 
 IGNORE = -100
 
@@ -48,7 +48,12 @@ class Renderer:
             return self._fit({"input_ids": ids, "labels": list(ids)})
         if self.fmt in (PROMPT_COMPLETION, MESSAGES):
             ids, labels = self._supervised(row)
-            return self._fit({"input_ids": ids, "labels": labels})
+            fitted = self._fit({"input_ids": ids, "labels": labels})
+            if all(label == IGNORE for label in fitted["labels"]):
+                raise RowProblem(f"no token of the answer is left within data.max_length={self.max_length} "
+                                 f"({len(ids)} tokens, the prompt alone fills it); raise data.max_length, "
+                                 "or set data.truncation=left")
+            return fitted
         if self.fmt == PREFERENCE:
             prompt = row.get(self.columns["prompt"]) if self.columns["prompt"] in row else None
             chosen, rejected = (self._answered(prompt, row[self.columns[r]], r)[0]
@@ -58,7 +63,10 @@ class Renderer:
             prompt = row[self.columns["prompt"]]
             ids = (self._chat(self._messages(prompt, "prompt"), generation=True) if isinstance(prompt, list)
                    else self._plain(self._string(row, "prompt"), add_special=True, eos=False))
-            used = set(self.columns.values())
+            if row[self.columns["answer"]] is None:
+                raise RowProblem(f"'{self.columns['answer']}' is empty (null); expected the ground truth "
+                                 "your reward function compares with")
+            used = {self.columns[role] for role in ROLES[PROMPTS]}
             extra = {k: v for k, v in row.items() if k not in used}
             return self._fit({"prompt_ids": ids, "answer_json": json.dumps(row[self.columns["answer"]]),
                               "extra_json": json.dumps(extra, default=str)})
@@ -70,6 +78,10 @@ class Renderer:
             text, spans = self._assistant_spans(messages, [])
             return self._spans_to_labels(text, spans)
         prompt, completion = row[self.columns["prompt"]], row[self.columns["completion"]]
+        if prompt is None or completion is None:
+            role = "prompt" if prompt is None else "completion"
+            raise RowProblem(f"'{self.columns[role]}' is empty (null or missing); expected a string "
+                             "or a list of messages")
         return self._answered(prompt, completion, "completion")
 
     def _answered(self, prompt, answer, role: str) -> tuple[list[int], list[int]]:
@@ -94,6 +106,8 @@ class Renderer:
         """The rendered conversation and the character spans the assistant's turns add
         (after `context`, which never carries the loss)."""
         text = self._render(messages, generation=False)
+        if self.loss_on == "all":  # every token trains: no need to find the assistant's
+            return text, []
         spans = []
         for i, message in enumerate(messages):
             if message["role"] != "assistant" or i < len(context):
@@ -105,7 +119,7 @@ class Renderer:
                                  "prefixes of it, so the assistant's tokens cannot be found; set "
                                  "data.loss_on=all, or a template that does (model.chat_template)")
             spans.append((len(before), len(upto)))
-        if not spans and self.loss_on == "completion":
+        if not spans:
             raise RowProblem("no assistant message, so no token would carry the loss; expected at "
                              "least one message with role 'assistant' (or data.loss_on=all)")
         return text, spans
@@ -120,7 +134,10 @@ class Renderer:
         return ids, labels
 
     def _render(self, messages: list[dict], generation: bool) -> str:
-        return self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation)
+        try:
+            return self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation)
+        except Exception as exc:  # the template's own raise_exception ("roles must alternate"), …
+            raise RowProblem(f"the chat template refused the conversation ({type(exc).__name__}: {exc})") from None
 
     def _chat(self, messages: list[dict], generation: bool) -> list[int]:
         return self.tok(self._render(messages, generation), add_special_tokens=False)["input_ids"]

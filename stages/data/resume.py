@@ -52,4 +52,9 @@ def changes(saved: dict | None, plan: dict | None, then: str = "the checkpoint")
         if old != new:
             where = plan[split].get("path") or f"{plan['train']['path']} (held-out share)"
             found.append(f"{split} data {where} has content {new}, {then}'s had {old}")
+    if not found:  # same files, other rows: a held-out share drawn differently, other tokens
+        split_of = lambda p: {k: p["eval"].get(k) for k in ("from", "fraction", "seed", "rows")}  # noqa: E731
+        if split_of(saved) != split_of(plan) or saved["train"].get("rows") != plan["train"].get("rows"):
+            found.append(f"the held-out split of {plan['train']['path']} differs ({split_of(plan)}, "
+                         f"{then}'s {split_of(saved)}), so train holds other rows")
     return found

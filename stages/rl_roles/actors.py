@@ -126,7 +126,11 @@ class RewardActor:
 
         if self.kill_at_step == step and self.first_life:
             _die_hard()
-        texts = decode_rows(self.tokenizer, tokens)
+        if self.own_data:  # up to where the rollout ended it (EOS or an end of turn: the mask)
+            texts = [self.tokenizer.decode(row[m > 0].tolist(), skip_special_tokens=True)
+                     for row, m in zip(tokens, mask)]
+        else:
+            texts = decode_rows(self.tokenizer, tokens)
         failures = []
         if self.scorer is not None:
             checker, failures = self._functions(prompt_index, texts)

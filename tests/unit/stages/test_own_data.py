@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.config import compose
+from core.config.compose import quoted
 from core.errors import ConfigError
 from stages.data.examples import FileExamples
 from stages.data.prepare import load_tokenizer, prepare_data
@@ -193,6 +194,48 @@ def test_bad_inputs_are_refused_by_name(models, tmp_path):
              "row 6:", "longer than data.max_length=64", "data.truncation=left or right")
     typed = _write(tmp_path / "typed", "jsonl", [{"prompt": "1+1=", "completion": 2}] * 20)
     _refused(_config(tmp_path, qwen, "sft", typed), qwen, "row 1:", "'prompt'/'completion' hold str/int")
+
+
+def test_rows_that_cannot_train_are_refused_by_row(models, tmp_path):
+    qwen = models["qwen2"]
+    rows = [{"prompt": "1+1=", "completion": "2"}] * 19 + [{"prompt": "1+1=" * 40, "completion": "2"}]
+    # Truncated from the right, the last row keeps only prompt tokens: nothing to learn.
+    _refused(_config(tmp_path, qwen, "sft", _write(tmp_path / "cut", "jsonl", rows), "data.truncation=right"),
+             qwen, "row 20:", "no token of the answer is left within data.max_length=64")
+    missing = [{"prompt": "1+1=", "completion": "2"}] * 19 + [{"completion": "2"}]
+    _refused(_config(tmp_path, qwen, "sft", _write(tmp_path / "missing", "jsonl", missing)), qwen,
+             "row 20:", "'prompt' is empty (null or missing)")
+    strict = "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system role') }}" \
+             "{% endif %}{{ m['content'] }}{% endfor %}"
+    chats = _write(tmp_path / "chats", "jsonl", [{"messages": c} for c in CHATS])
+    _refused(_config(tmp_path, qwen, "sft", chats, "data.sft.train.format=messages",
+                     quoted("model.chat_template", strict)), qwen,
+             "row 1:", "the chat template refused the conversation", "no system role")
+
+
+def test_eval_keys_fall_back_to_train_keys_role_by_role(models, tmp_path):
+    train = _write(tmp_path / "train", "jsonl", [{"q": f"{i}+1=", "a": str(i + 1)} for i in range(20)])
+    held = _write(tmp_path / "held", "jsonl", [{"q": f"{i}+2=", "ans": str(i + 2)} for i in range(4)])
+    cfg = _config(tmp_path, models["llama"], "sft", train, f"data.sft.eval.path={held}",
+                  "data.sft.train.keys.prompt=q", "data.sft.train.keys.completion=a",
+                  "data.sft.eval.keys.completion=ans")
+    plan = prepare_data(cfg, models["llama"])
+    assert plan["eval"]["keys"] == {"prompt": "q", "completion": "ans"} and plan["eval"]["rows"] == 4
+
+
+def test_a_saved_dataset_keeps_its_digest_and_a_redrawn_split_is_a_change(models, tmp_path):
+    path = _write(tmp_path / "d", "saved", [{"text": f"line {i}"} for i in range(20)])
+    cfg = _config(tmp_path, models["llama"], "cpt", path, "data.cpt.eval_fraction=0.2")
+    first = prepare_data(cfg, models["llama"])
+    assert sorted(p.name for p in Path(path).iterdir()) == ["data-00000-of-00001.arrow",
+                                                           "dataset_info.json", "state.json"]
+    import stages.data.prepare as prepare
+    assert prepare.content_digest(prepare.resolve("k", path)) == first["train"]["digest"]
+    redrawn = prepare_data(_config(tmp_path, models["llama"], "cpt", path, "data.cpt.eval_fraction=0.25"),
+                           models["llama"])
+    assert changes(first, redrawn)[0].startswith(f"the held-out split of {path} differs")
+    assert changes(first, None) == [f"the checkpoint trained on {path}, this run is configured with "
+                                    "the built-in tasks"]
 
 
 def test_messages_need_a_chat_template(models, tmp_path):
