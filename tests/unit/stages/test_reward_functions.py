@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+import torch
 
 from core.errors import ConfigError
 from stages.data.rewards import RewardFailure, RewardScorer, check_on_rows, load_reward_functions
@@ -116,3 +117,32 @@ def test_functions_are_tried_on_the_first_rows_before_any_worker(rewards_file):
     bad = RewardScorer(load_reward_functions(Reward([Fn(rewards_file, name="text")])), 1.0, "d")
     with pytest.raises(ConfigError, match=r"on row 1 of the RL train data \(solution_str = its ground truth '40'\)"):
         check_on_rows(bad, Prompts(), "train")
+
+
+def _group(checker: list[float]):
+    from stages.rl_roles.groups import Group
+
+    n = len(checker)
+    return Group(prompt_index=3, prompt_ids=[1], seeds=list(range(n)), policy_version=0,
+                 tokens=torch.zeros(n, 2, dtype=torch.long), mask=torch.ones(n, 2),
+                 rollout_logp=torch.zeros(n, 2), checker=torch.tensor(checker, dtype=torch.float64),
+                 rm=None, served_by={})
+
+
+def test_failed_calls_are_recorded_and_an_unscored_sample_drops_its_group():
+    from stages.rl_roles.env_records import apply_reward_failures
+
+    events: list = []
+    retried = {"sample": 1, "attempt": 1, "reason": "f raised ValueError: x", "retried": True}
+    scored = _group([1.0, 0.0])  # sample 1 failed once, then returned a number
+    apply_reward_failures(scored, {"failures": [retried]}, 4, events)
+    assert scored.dropped is None
+    assert events == [{"kind": "env_failure", "role": "reward", "step": 4, "prompt_index": 3, **retried}]
+    events.clear()
+    failures = [{"sample": 0, "attempt": a, "reason": "f ran past rl.reward.timeout_s=1 s",
+                 "retried": a < 2} for a in (1, 2)]
+    unscored = _group([float("nan"), 1.0])
+    apply_reward_failures(unscored, {"failures": failures}, 4, events)
+    assert unscored.dropped == {"kind": "reward_function", "samples": [0], "attempts": 2}
+    assert [e["kind"] for e in events] == ["env_failure", "env_failure", "drop"]
+    assert events[-1]["cause"] == "reward_function" and events[-1]["samples"] == [0]
