@@ -88,7 +88,7 @@ def plan_rerun(handoff, original_run_id: int, checkpoint_paths: list[str]) -> Re
     config = dict(meta["config"], resume=None)
     config["run"] = dict(config["run"], dir=str(attempt_dir))
     return RerunPlan(original_final, attempt_dir, from_dict(config), Path(meta["model_dir"]), originals,
-                     meta.get("data"))
+                     meta.get("data_plan"))
 
 
 def _fingerprint_in(directory: Path) -> dict | None:

@@ -171,7 +171,8 @@ def _run_workers(src: Path, cfg, meta: dict, manifest, folder: Path, work: Path,
         "parent": {"resharded_from": str(src)}, "source": str(src), "universal": str(folder),
         "fingerprint": universal.fingerprint(folder), "staging": str(staging),
         "progress": _target_progress(_read_json(src, manifest, "progress.json"), cfg),
-        "data": _read_json(src, manifest, "data.json"), "transform": transform,
+        "data": _read_json(src, manifest, "data.json"), "data_plan": meta.get("data_plan"),
+        "transform": transform,
         "probe_indices": list(range(cfg.stage.micro_batch)),
         "probe_out": str(work / "probe.json")})
     # Under stages.lifeline: the target ranks die with this process, whatever kills it.

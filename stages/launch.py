@@ -78,7 +78,7 @@ def _launch_locked(cfg: BatonConfig, model_dir: Path, parent: dict | None,
     launch_file = node_file(directory, "launch.json", cfg.parallel)
     binding = write_launch_file(launch_file, {
         "config": as_dict(cfg), "config_hash": config_hash(cfg), "model_dir": str(model_dir),
-        "parent": parent, "data": data})
+        "parent": parent, "data_plan": data})
     if cfg.parallel.node_rank == 0:  # the node whose launcher reads a result first clears it
         (directory / RESULT).unlink(missing_ok=True)
     error_file = node_file(directory, ERROR_FILE, cfg.parallel)

@@ -63,7 +63,9 @@ class RunFiles:
                 "model": identity, "model_files": model_files, "model_dir": launch["model_dir"],
                 "parallel": parallel,
                 "versions": library_versions(), "parent": launch.get("parent"),
-                "argv": sys.argv, "environment": self.fingerprint, "data": launch.get("data")}
+                "argv": sys.argv, "environment": self.fingerprint,
+                # The data plan (stages.data); the sampler's position is data.json.
+                "data_plan": launch.get("data_plan")}
 
     def result(self, status: str, progress, saved: list[dict], seconds: float,
                init_from: dict | None = None, tier_checkpoints: list | None = None) -> None:

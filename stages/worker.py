@@ -77,7 +77,7 @@ class StageWorker:
         self.identity = model_identity(model, self.tokenizer)
         self.model_files = model_files_digest(launch["model_dir"])
         tasks = ArithmeticTasks(self.cfg.seed, self.cfg.data.max_operand, self.cfg.data.heldout_fraction)
-        data = stage_examples(launch.get("data"), tasks, self.tokenizer, s)
+        data = stage_examples(launch.get("data_plan"), tasks, self.tokenizer, s)
         self.objective = objective_cls(s, self.tokenizer, tasks, data)
         self.objective.setup(launch["model_dir"])
         self.engine = build_engine(model, s, self.cfg.parallel)

@@ -2,7 +2,7 @@
 
 The sampler's saved position is an index into the dataset's rows: on changed rows it
 would silently point at other examples. So a resume compares the content digests the
-checkpoint recorded (meta.json "data") with the data configured now, and refuses a
+checkpoint recorded (meta.json "data_plan") with the data configured now, and refuses a
 difference by name unless data.allow_changed=true, which the plan then records.
 """
 from __future__ import annotations
@@ -20,10 +20,17 @@ def check_same_data(cfg, plan: dict | None) -> None:
     from ckpt.state_files import META
 
     target = resolve_resume(cfg.resume, checkpoints_dir(cfg.run.dir, cfg.stage.name))
-    if target is None or not (target / META).is_file():
+    try:
+        meta = json.loads((target / META).read_text()) if target is not None else None
+    except (OSError, ValueError):
+        return  # no checkpoint there, or a damaged one: the verified load names the problem
+    if not isinstance(meta, dict):
         return
-    saved = json.loads((target / META).read_text()).get("data")
-    changed = changes(saved, plan)
+    try:
+        changed = changes(meta.get("data_plan"), plan)
+    except (KeyError, TypeError, AttributeError):  # a data record of another shape
+        changed = [f"its meta.json records its data as {str(meta.get('data_plan'))[:80]!r}, which is not "
+                   "a data plan this baton reads"]
     if not changed:
         return
     if cfg.data.allow_changed:

@@ -228,7 +228,7 @@ def test_a_changed_dataset_is_refused_on_resume_by_name_unless_allowed(workload,
     allowed = _cpt(run, models["llama"], data, 1, "resume=latest", "data.allow_changed=true")
     assert allowed.returncode == 0
     meta = json.loads((run / "cpt" / "checkpoints" / f"step-{N:06d}" / "meta.json").read_text())
-    assert meta["data"]["allowed_change"]["changes"][0].startswith(f"train data {train} has content")
+    assert meta["data_plan"]["allowed_change"]["changes"][0].startswith(f"train data {train} has content")
     assert before != after
 
 
