@@ -21,8 +21,11 @@ from tests.conftest import metrics, run_baton
 
 pytestmark = pytest.mark.slow
 REWARD = Path(__file__).resolve().parents[3] / "examples" / "own_data" / "reward.py"
+# One process per stage: resharding between layouts is the pipeline module's subject, and
+# the two pipelines here run at once on two cores.
 SMALL = ["stage.max_steps=2", "stage.save_every=1", "stage.eval_every=2", "stage.eval_samples=4",
          "data.max_length=64", "rl.reward.rm_weight=0.5",
+         *(f"pipeline.parallel.{stage}=single" for stage in ("cpt", "sft", "rm", "rl")),
          *(f"pipeline.handoffs.{h}.selection.{k}={v}" for h in ("cpt_sft", "sft_rm", "sft_rl", "rm_rl")
            for k, v in (("probe_prompts", 2), ("samples_per_prompt", 4), ("k", 2)))]
 REWARDS = (f"rl.reward.functions=[{{path:'{REWARD}',name:compute_score,weight:1.0}},"
