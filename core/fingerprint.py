@@ -17,6 +17,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from core import ieee_sqrt
 from core.mkl_branch import effective_branch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,7 +62,8 @@ def _libraries(torch) -> dict:
     onednn = re.search(r"MKL-DNN (v[\d.]+)", shown)
     blas = re.search(r"BLAS_INFO=(\w+)", shown)
     return {"blas": blas.group(1) if blas else "unknown", "mkl": mkl.group(1) if mkl else None,
-            "mkl_branch": effective_branch(), "onednn": onednn.group(1) if onednn else None}
+            "mkl_branch": effective_branch(), "sqrt": ieee_sqrt.kind(),
+            "onednn": onednn.group(1) if onednn else None}
 
 
 def library_versions() -> dict:
@@ -97,7 +99,7 @@ def collect(repro_mode: str, config_hash: str | None) -> dict:
 # What can explain a numeric divergence, most likely first: (label, path in the fingerprint).
 _EXPLAINING = (
     ("repro mode", ("repro_mode",)), ("CPU capability", ("cpu_capability",)),
-    ("MKL code path", ("libraries", "mkl_branch")),
+    ("MKL code path", ("libraries", "mkl_branch")), ("square root", ("libraries", "sqrt")),
     ("CPU model", ("cpu", "model")), ("ISA flags", ("cpu", "flags")),
     ("threads", ("threads", "intra_op")), ("inter-op threads", ("threads", "inter_op")),
     ("deterministic algorithms", ("deterministic_algorithms",)),

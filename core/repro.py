@@ -9,6 +9,9 @@ different checkpoints. Three libraries choose kernels by ISA, each at its first 
   on Intel CPUs only, and on an AMD CPU falls back to its own dispatch, whose matmuls differ
   from Intel's AVX2 branch in the last bits (found with `baton probe`, docs/reproducibility.md).
   So both levels pin MKL to COMPATIBLE, and each process checks the branch MKL reports.
+  MKL's vector math (ATen's float sqrt) is not correctly rounded in that branch and still
+  differs by vendor, so portable mode replaces its square root with an IEEE one
+  (core.ieee_sqrt: a preloaded library), and each process checks that too.
 - ATen's own vectorized kernels (elementwise, reductions, softmax, Adam): `ATEN_CPU_CAPABILITY`
   selects which build of each kernel runs.
 - oneDNN (some convolutions and matmuls): `ONEDNN_MAX_CPU_ISA` caps its JIT kernels.
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import os
 
+from core import ieee_sqrt
 from core.errors import BatonError
 from core.mkl_branch import effective_branch
 
@@ -76,12 +80,16 @@ def process_env(repro) -> dict[str, str]:
     if repro.mode != PORTABLE:
         return {}
     threads = str(repro.threads)
-    return {**LEVELS[repro.isa][0], **GPU_DETERMINISM, **{name: threads for name in THREAD_VARIABLES}}
+    return {**LEVELS[repro.isa][0], **GPU_DETERMINISM, **{name: threads for name in THREAD_VARIABLES},
+            **ieee_sqrt.preload_env()}
 
 
 def apply_to_environ(repro) -> None:
-    """Put the mode's variables into this process's environment (before torch loads)."""
+    """Put the mode's variables into this process's environment, and the IEEE square root
+    into the process itself (both before torch loads)."""
     os.environ.update(process_env(repro))
+    if repro.mode == PORTABLE:
+        ieee_sqrt.load_here()
 
 
 def apply_in_process(repro) -> None:
@@ -103,6 +111,9 @@ def apply_in_process(repro) -> None:
     branch = effective_branch()
     if branch is not None and branch != LEVELS[repro.isa][0]["MKL_CBWR"]:
         raise MklBranchNotApplied(repro.isa, branch)
+    if not ieee_sqrt.in_effect():
+        raise ieee_sqrt.IeeeSqrtNotApplied(
+            "the library was not loaded before torch" if ieee_sqrt.library() else "the library is not built")
 
 
 def use_deterministic_algorithms() -> None:
@@ -133,8 +144,9 @@ def runs_pinned(repro) -> bool:
     wanted = process_env(repro)
     if not wanted:
         return True
+    wanted.pop("LD_PRELOAD", None)  # what this process's children get; in_effect checks this one
     if any(os.environ.get(name) != value for name, value in wanted.items()):
         return False
     import torch
 
-    return torch.backends.cpu.get_cpu_capability() == LEVELS[repro.isa][1]
+    return torch.backends.cpu.get_cpu_capability() == LEVELS[repro.isa][1] and ieee_sqrt.in_effect()

@@ -88,6 +88,7 @@ def _machine(cfg) -> dict:
     found = collect(cfg.repro.mode, None)
     return {"cpu": found["cpu"]["model"], "flags": found["cpu"]["flags"],
             "cpu_capability": found["cpu_capability"], "mkl_branch": found["libraries"]["mkl_branch"],
+            "sqrt": found["libraries"]["sqrt"],
             "versions": {k: found["versions"][k] for k in ("torch", "transformers", "python")}}
 
 
@@ -110,7 +111,7 @@ def _print(probe: dict) -> None:
     machine = probe["machine"]
     print(f"numerics probe v{probe['probe']}: repro.mode={probe['repro']['mode']} "
           f"repro.isa={probe['repro']['isa']}; {machine['cpu']}, ATen {machine['cpu_capability']}, "
-          f"MKL code path {machine['mkl_branch']}")
+          f"MKL code path {machine['mkl_branch']}, square root {machine.get('sqrt')}")
     width = max(len(name) for name in probe["operations"])
     for name, value in probe["operations"].items():
         print(f"  {name:<{width}}  {value}")

@@ -39,13 +39,33 @@ def test_bad_repro_settings_are_named():
 def test_a_worker_started_with_the_variables_runs_the_pinned_kernels():
     script = ("from core.config import compose; from core.repro import apply_in_process;"
               "import torch; cfg = compose(['repro.isa=baseline']); apply_in_process(cfg.repro);"
-              "from core.mkl_branch import effective_branch;"
+              "from core.mkl_branch import effective_branch; from core import ieee_sqrt;"
               "print(torch.backends.cpu.get_cpu_capability(), torch.get_num_threads(),"
-              " torch.are_deterministic_algorithms_enabled(), effective_branch())")
-    env = {**LEVELS["baseline"][0], "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+              " torch.are_deterministic_algorithms_enabled(), effective_branch(), ieee_sqrt.kind())")
+    env = {**process_env(compose(["repro.isa=baseline"]).repro), "PATH": "/usr/bin:/bin"}
+    assert "_ieee_sqrt" in env["LD_PRELOAD"]
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                          check=True).stdout.split()
-    assert out[-4:] == ["DEFAULT", "1", "True", "COMPATIBLE"]
+    assert out[-5:] == ["DEFAULT", "1", "True", "COMPATIBLE", "ieee"]
+
+
+def test_square_roots_are_ieee_in_portable_mode_and_mkls_otherwise():
+    """MKL's vector-math sqrt (COMPATIBLE branch) is off in the last bit for about one
+    value in five, differently on Intel and AMD; portable mode replaces it. A process
+    started without the replacement is refused, naming it."""
+    values = ("import torch; v = torch.arange(1, 4097, dtype=torch.float32) * 0.0137;"
+              "print(int((v.sqrt() != v.double().sqrt().float()).sum()))")
+    env = {**LEVELS["avx2"][0], "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    mkl = subprocess.run([sys.executable, "-c", values], env=env, capture_output=True, text=True, check=True)
+    assert int(mkl.stdout) > 0  # the wrongly rounded results the replacement exists for
+    ieee = subprocess.run([sys.executable, "-c", values], env={**env, **process_env(compose([]).repro)},
+                          capture_output=True, text=True, check=True)
+    assert int(ieee.stdout) == 0
+    refused = subprocess.run([sys.executable, "-c", "from core.config import compose;"
+                              "from core.repro import apply_in_process; apply_in_process(compose([]).repro)"],
+                             env=env, capture_output=True, text=True)
+    assert refused.returncode != 0 and "IeeeSqrtNotApplied" in refused.stderr
+    assert "not loaded before torch" in refused.stderr
 
 
 def test_a_process_whose_mkl_runs_another_code_path_is_refused():
