@@ -14,14 +14,12 @@ from dataclasses import asdict
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from handoff.rerun import RerunNotPossible
-
 
 @task(name="rerun-stage", cache_policy=NO_CACHE)
 def rerun_task(handoff_id: int, overrides: list[str]) -> dict:
     from core.config import compose
-    from flows.recording import Recording
-    from handoff.rerun import plan_rerun, verdict
+    from flows.recording import Recording  # imports torch: after the flow loaded the square root
+    from handoff.rerun import RerunNotPossible, plan_rerun, verdict
     from stages.launch import launch_stage
 
     rec = Recording(compose(overrides))
@@ -53,4 +51,7 @@ def rerun_task(handoff_id: int, overrides: list[str]) -> dict:
 
 @flow(name="rerun_stage", log_prints=True)
 def rerun_stage(handoff_id: int, overrides: list[str] | None = None) -> dict:
+    from core import ieee_sqrt
+
+    ieee_sqrt.load_here()  # before a task imports torch: portable mode's square root (core.ieee_sqrt)
     return rerun_task(handoff_id, list(overrides or []))

@@ -68,13 +68,16 @@ def main(argv: list[str]) -> int:
     hold()  # die with the study process, whatever ends it
     from core.config import compose
     from core.repro import pin_this_process
-    from stages.launch import launch_stage
-    from stages.prepare import prepare_stage
-    import contextlib
 
     overrides = json.loads(Path(argv[0]).read_text())["overrides"]
     cfg = compose(overrides)  # flows.stage_config.stage_overrides: stage=rl included
-    pin_this_process(cfg.repro)  # this process is the candidate's own: it may pin itself
+    # This process is the candidate's own: it may pin itself, and does so before anything
+    # imports torch (portable mode's square root is loaded then: core.ieee_sqrt).
+    pin_this_process(cfg.repro)
+    import contextlib
+
+    from stages.launch import launch_stage
+    from stages.prepare import prepare_stage
     with contextlib.ExitStack() as locks:
         model_dir = prepare_stage(cfg, "rl", locks)
         result = launch_stage(cfg, model_dir, {"init_from": cfg.stage.init_from},
