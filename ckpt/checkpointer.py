@@ -26,6 +26,7 @@ from ckpt.file_image import ALIGNMENT, DIRECT_ALIGNMENT
 from ckpt.layout import step_dirname
 from ckpt.lone_rank import barriers_skipped
 from ckpt.manifest_recipe import ManifestRecipe
+from ckpt.retention import KeepBest
 from ckpt.node_copies import NODE, NodeGroup, served_ranks, serves
 from ckpt.parallel_layout import Layout
 from ckpt.save_job import Faults, SaveJob, SaveRunner
@@ -113,9 +114,11 @@ class Destination:
 class Checkpointer:
     def __init__(self, engine, root: Path, stage: str, parallel: dict, keep_last: int,
                  crash_in_save_at_step: int = -1, fail_write_at_step: int = -1,
-                 options: SaveOptions | None = None, node: NodeGroup | None = None):
+                 options: SaveOptions | None = None, node: NodeGroup | None = None,
+                 keep_best: KeepBest | None = None):
         self.engine, self.root, self.stage = engine, Path(root), stage
         self.parallel, self.keep_last = parallel, keep_last  # the manifest's `parallel`
+        self.keep_best = keep_best  # besides the newest keep_last (ckpt.retention)
         self.layout = Layout.from_dict(parallel)
         self.options = options or SaveOptions()
         self.asynchronous = self.options.mode == "async"
@@ -150,7 +153,8 @@ class Checkpointer:
         self.runner = SaveRunner(self.writer, self.root, keep_last, group, self.rank, self.world,
                                  faults, self.hashing,
                                  self.options.hash_threads, self.options.direct,
-                                 release_slot=self.pool.release if self.pool else None)
+                                 release_slot=self.pool.release if self.pool else None,
+                                 keep_best=keep_best)
         self._committed: list[tuple[SaveJob, Path, float]] = []
         self._tidy: set[Path] = set()
         """Checkpoints directories whose leftovers this checkpointer removed."""

@@ -14,6 +14,7 @@ from pathlib import Path
 from ckpt import manifest as manifest_io
 from ckpt.layout import (DELETING_SUFFIX, LATEST, MANIFEST, TMP_SUFFIX, committed_steps,
                          read_latest)
+from ckpt.retention import KeepBest, best, pinned
 
 log = logging.getLogger(__name__)
 
@@ -95,12 +96,16 @@ def step_back_latest(leaving: Path) -> None:
         fsync_dir(leaving.parent)
 
 
-def apply_retention(root: Path, keep_last: int, deferred: list[Path] | None = None) -> list[Path]:
-    """Delete the oldest committed checkpoints beyond `keep_last`; never the newest or `latest`.
-    `deferred`: see `discard`."""
+def apply_retention(root: Path, keep_last: int, deferred: list[Path] | None = None,
+                    keep_best: KeepBest | None = None) -> list[Path]:
+    """Delete the committed checkpoints that are neither among the newest `keep_last`, nor
+    the best `keep_best` by its metric, nor pinned (ckpt.retention); never the newest or
+    `latest`. `deferred`: see `discard`."""
     steps = committed_steps(root)
     latest = read_latest(root)
-    keep = set(steps[-max(keep_last, 1):]) | ({latest} if latest else set())
+    keep = set(steps[-max(keep_last, 1):]) | ({latest} if latest else set()) | pinned(root)
+    if keep_best is not None:
+        keep |= best(steps, keep_best)
     # A kept checkpoint saved selectively uses files of earlier ones: those stay too.
     keep |= {root / name for path in keep for name in referenced_checkpoints(path)}
     removed = [p for p in steps if p not in keep]

@@ -11,6 +11,7 @@ from pathlib import Path
 from ckpt import manifest as manifest_io
 from ckpt.compat import read_meta
 from ckpt.content_digest import content_digest
+from ckpt.retention import pins_of
 
 
 def describe(directory: Path) -> tuple:
@@ -31,5 +32,7 @@ def describe(directory: Path) -> tuple:
             # A node copy (the memory tier across nodes) holds only its node's ranks' files.
             "node": manifest.extra.get("node"),
             "references": {rel: e["checkpoint"] for rel, e in sorted(manifest.references.items())},
-            "referenced_bytes": sum(e["size"] for e in manifest.references.values())}
+            "referenced_bytes": sum(e["size"] for e in manifest.references.values()),
+            # The metrics of its step (what stage.keep_best ranks), and why no retention deletes it.
+            "metrics": meta.get("metrics"), "pinned_by": pins_of(Path(directory))}
     return manifest, info

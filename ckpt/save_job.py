@@ -29,6 +29,7 @@ from ckpt import content_hash
 from ckpt.errors import CheckpointWriteFailed, NodeCopyIncomplete
 from ckpt.file_image import FileImage, as_bytes, image_of
 from ckpt.layout import MANIFEST, read_latest
+from ckpt.retention import KeepBest
 from ckpt.staging import Slot
 
 log = logging.getLogger(__name__)
@@ -148,8 +149,10 @@ def failure_of(exc: BaseException, rank: int) -> dict:
 class SaveRunner:
     def __init__(self, writer, root: Path, keep_last: int, group, rank: int, world: int,
                  faults: Faults, hashing: dict, threads: int, direct: bool,
-                 release_slot=None):
+                 release_slot=None, keep_best: KeepBest | None = None):
         self.writer, self.root, self.keep_last = writer, Path(root), keep_last
+        self.keep_best = keep_best
+        """Also keep the best k by a metric (ckpt.retention); this runner's own root only."""
         self.group, self.rank, self.world, self.faults = group, rank, world, faults
         self.hashing, self.threads, self.direct = hashing, threads, direct
         self.release_slot = release_slot
@@ -298,8 +301,10 @@ class SaveRunner:
 
     def _retain(self, job: SaveJob) -> None:
         try:
+            own = job.keep is None  # a job for another tier's directory brings its own count
             removed = commit_io.apply_retention(
-                job.tmp.parent, self.keep_last if job.keep is None else job.keep, self.discarded)
+                job.tmp.parent, self.keep_last if own else job.keep, self.discarded,
+                self.keep_best if own else None)
             if removed:
                 log.info("retention removed %s", ", ".join(p.name for p in removed))
         except OSError as exc:  # old checkpoints stay; the next save retries

@@ -91,7 +91,8 @@ def make_runner(conn: Connection, settings: dict):
     return Runner(get_writer(settings["writer"]), settings["root"], settings["keep_last"], None,
                   settings["rank"], settings["world"], settings["faults"], settings["hashing"],
                   settings["threads"], settings["direct"],
-                  release_slot=lambda slot: conn.send(("released", slot.ident)))
+                  release_slot=lambda slot: conn.send(("released", slot.ident)),
+                  keep_best=settings.get("keep_best"))
 
 
 def serve(conn: Connection) -> None:

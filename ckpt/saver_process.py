@@ -80,6 +80,7 @@ def saver_settings(checkpointer, faults) -> dict:
         group = {"addr": address[0][0], "port": address[0][1], "timeout_s": GROUP_TIMEOUT_S}
     options = checkpointer.options
     return {"root": checkpointer.root, "keep_last": checkpointer.keep_last,
+            "keep_best": checkpointer.keep_best,
             "rank": checkpointer.rank, "world": checkpointer.world, "faults": faults,
             "hashing": checkpointer.hashing, "threads": options.hash_threads,
             "direct": options.direct, "writer": checkpointer.writer.name, "group": group,

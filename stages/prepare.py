@@ -35,6 +35,11 @@ def prepare_stage(cfg, name: str, locks: contextlib.ExitStack | None = None):
     if s.init_from and (s.init_optimizer or s.init_scheduler or s.init_rng):
         from ckpt.carry import check_carry_layout
         check_carry_layout(s.init_from, cfg.parallel.world_size, cfg.parallel.zero_stage)
+    if s.init_from and cfg.parallel.node_rank == 0:
+        from ckpt.layout import step_of
+        from ckpt.retention import pin
+        if step_of(s.init_from) is not None:  # lineage names it: its stage must not delete it
+            pin(s.init_from, f"stage {name} in {cfg.run.dir} started from it")
     target = resolve_resume(cfg.resume, checkpoints_dir(cfg.run.dir, name))
     if target is None and name != "rl":
         # Nothing here reads the model: the workers create the built-in one if it is not

@@ -28,6 +28,7 @@ from ckpt.layout import checkpoints_dir, resolve_resume, stage_dir
 from ckpt.node_copies import NodeGroup
 from ckpt.tiers.plan import PERSISTENT
 from ckpt.parallel_layout import Layout
+from ckpt.retention import KeepBest
 from ckpt.state import RngState, TrainingProgress, derived_seed, seed_everything
 from stages import grad_accum, run_files
 from stages.engine_setup import build_engine, init_distributed
@@ -99,7 +100,10 @@ class StageWorker:
                                  self.cfg.debug.crash_in_save_at_step,
                                  self.cfg.debug.fail_write_at_step,
                                  SaveOptions.from_config(self.cfg.ckpt),
-                                 NodeGroup.gather(p.node_rank, p.nodes, self.world))
+                                 NodeGroup.gather(p.node_rank, p.nodes, self.world),
+                                 KeepBest(s.keep_best, s.keep_best_metric, s.keep_best_mode)
+                                 if s.keep_best else None)
+        self.step_record: dict = {}  # the last finished step's metrics, saved with its checkpoint
         self.tier_saves = TierSaves(self.cfg)
         self.preemption = Preemption()
         self.window = grad_accum.Window()
@@ -170,6 +174,7 @@ class StageWorker:
         if p.step % s.eval_every == 0 or p.step == s.max_steps:
             record.update(self.objective.evaluate(self.engine.module))
         self.files.step(record, s.name, s.max_steps)
+        self.step_record = record
         due = self.tier_saves.due(p.step, final=p.step in (s.max_steps, self.last_step))
         if due:
             self.save(due=due)
@@ -187,9 +192,11 @@ class StageWorker:
         """`due`: the tiers this step goes to (stages.tier_saves); None: a final or
         preemption save, which always reaches the run directory."""
         due = due or self.tier_saves.due(self.progress.step, final=True)
+        meta = self.files.meta(self.launch, self.identity, self.parallel, self.model_files)
+        if not mid_window and self.step_record.get("step") == self.progress.step:
+            meta["metrics"] = self.step_record  # what retention by metric ranks (ckpt.retention)
         payload = SavePayload(
-            progress=self.progress.state_dict(), data=self.sampler.state_dict(),
-            meta=self.files.meta(self.launch, self.identity, self.parallel, self.model_files),
+            progress=self.progress.state_dict(), data=self.sampler.state_dict(), meta=meta,
             rng=RngState.state_dict(), objective=self.objective.state_dict(),
             extra={"tiers": due} if self.tier_saves.plan.enabled else {})
         if mid_window:

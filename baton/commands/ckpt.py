@@ -75,6 +75,12 @@ def _inspect(args) -> int:
     console.print(f"parallel: {manifest.parallel}")
     console.print(f"mid-accumulation: {manifest.mid_accumulation}   total: {info['total_bytes']:,} bytes")
     console.print(f"parent: {info['parent']}   config hash: {info['config_hash']}")
+    if info["metrics"]:
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in info["metrics"].items()
+                          if k != "step" and isinstance(v, float))
+        console.print(f"metrics at step {info['metrics'].get('step')}: {shown}")
+    for why in info["pinned_by"]:
+        console.print(f"pinned (never deleted by retention): {why}")
     if info["references"]:
         held = sorted(set(info["references"].values()))
         console.print(f"selective: {len(info['references'])} layer files "

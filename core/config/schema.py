@@ -68,6 +68,10 @@ class StageConfig:
     """Save a complete checkpoint every N optimizer steps (and at the last step)."""
     keep_last: int = 3
     """Committed checkpoints to keep; the newest is never deleted."""
+    keep_best: int = 0
+    """Also keep the best N by `keep_best_metric` and `_mode` (min/max); 0: off (ckpt.retention)."""
+    keep_best_metric: str = "eval_loss"
+    keep_best_mode: str = "min"
     global_batch: int = 16
     """Samples per optimizer step across all ranks; constant when world_size changes."""
     micro_batch: int = 4

@@ -29,6 +29,7 @@ def problems(cfg: BatonConfig) -> list[str]:
                 "eval_every", "eval_samples"):
         if getattr(s, key) < 1:
             found.append(f"stage.{key}={getattr(s, key)}: expected >= 1")
+    found += _keep_best_problems(s)
     per_step = s.micro_batch * max(p.world_size, 1)
     # micro_batch < 1 is reported above; dividing by it would only add a ZeroDivisionError.
     if s.micro_batch >= 1 and s.global_batch % per_step:
@@ -72,6 +73,32 @@ def problems(cfg: BatonConfig) -> list[str]:
     found += _rl_role_problems(cfg.rl)
     found += _repro_problems(cfg.repro)
     found += _study_problems(cfg.study)
+    return found
+
+
+# What each stage records at an evaluation step (stages.*.evaluate), for stage.keep_best_metric.
+# Some depend on the data (eval_accuracy on the built-in tasks; pass@k with reward functions):
+# a checkpoint saved without its metric is kept by keep_last alone (ckpt.retention).
+EVAL_METRICS = {"cpt": ("eval_loss",), "sft": ("eval_loss", "eval_accuracy"),
+                "rm": ("eval_loss", "eval_accuracy", "eval_pref_entropy"),
+                "rl": ("eval_reward", "eval_accuracy", "eval_pass_at_1", "eval_pass_at_4")}
+
+
+def _keep_best_problems(s) -> list[str]:
+    if s.keep_best == 0:
+        return []
+    found = [] if s.keep_best > 0 else [f"stage.keep_best={s.keep_best}: expected >= 0 (0: off)"]
+    if s.keep_best_mode not in ("min", "max"):
+        found.append(f"stage.keep_best_mode={s.keep_best_mode!r}: expected min (lower is better) "
+                     "or max (higher is better)")
+    known = EVAL_METRICS.get(s.name, ())
+    if known and s.keep_best_metric not in (*known, "loss"):
+        found.append(f"stage.keep_best_metric={s.keep_best_metric!r}: stage {s.name} records "
+                     f"{', '.join(known)} at an evaluation step, and loss at every step; pick one")
+    elif s.keep_best_metric.startswith("eval_") and s.eval_every >= 1 and s.save_every % s.eval_every:
+        found.append(f"stage.keep_best_metric={s.keep_best_metric}: with stage.save_every="
+                     f"{s.save_every} and stage.eval_every={s.eval_every}, most checkpoints are saved "
+                     "at a step without an evaluation; make save_every a multiple of eval_every")
     return found
 
 

@@ -93,3 +93,19 @@ def test_an_unknown_snapshot_kind_names_both_kinds():
         compose(["ckpt.snapshot=later"])
     assert ("ckpt.snapshot='later': expected lazy (the default: the staging copy overlaps "
             "the next forward and backward) or eager (the save call copies)") in str(err.value)
+
+
+def test_retention_by_metric_is_checked_against_what_the_stage_records():
+    with pytest.raises(ConfigError) as err:
+        compose(["stage=rm", "stage.keep_best=2", "stage.keep_best_metric=eval_reward",
+                 "stage.keep_best_mode=best"])
+    text = str(err.value)
+    assert "stage.keep_best_mode='best': expected min (lower is better) or max" in text
+    assert ("stage.keep_best_metric='eval_reward': stage rm records eval_loss, eval_accuracy, "
+            "eval_pref_entropy at an evaluation step") in text
+    with pytest.raises(ConfigError) as err:
+        compose(["stage.keep_best=1", "stage.save_every=5", "stage.eval_every=2"])
+    assert "make save_every a multiple of eval_every" in str(err.value)
+    cfg = compose(["stage=rl", "stage.keep_best=1", "stage.keep_best_metric=eval_reward",
+                   "stage.keep_best_mode=max"])
+    assert (cfg.stage.keep_best, cfg.stage.keep_best_metric) == (1, "eval_reward")

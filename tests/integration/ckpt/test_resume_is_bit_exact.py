@@ -4,6 +4,7 @@ Every combination runs real DeepSpeed worker processes (torchrun, gloo on CPU).
 """
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -59,6 +60,8 @@ def test_resume_from_step_k_reproduces_the_straight_run_bit_for_bit(matrix, stag
     assert report.identical, [f for f in report.files if not f.identical] or report
     a, b = metrics(straight, stage), metrics(resumed, stage)
     assert sorted(b) == list(range(K + 1, N + 1))
+    # Each checkpoint carries its step's metrics (what stage.keep_best ranks).
+    assert json.loads((resumed / final / "meta.json").read_text())["metrics"]["loss"] == a[N]["loss"]
     for step in b:
         assert a[step]["loss"] == b[step]["loss"], f"loss differs at step {step}"
         assert a[step]["lr"] == b[step]["lr"]

@@ -182,3 +182,20 @@ def test_selective_saves_keep_their_staging_buffers_in_the_saver_process(state, 
     ck.close()
     assert 0 in written and max(written) > 0  # full saves and saves by reference, in turn
     assert mapped[0] > 0 and mapped == [mapped[0]] * len(mapped)
+
+
+@pytest.mark.parametrize("saver", ["thread", "process"])
+def test_either_saver_keeps_the_best_by_the_metric_saved_with_each_checkpoint(state, tmp_path, saver):
+    """stage.keep_best: the step's metrics go into meta.json and the saver's retention keeps
+    the best by them beside the newest keep_last (here 2), whichever saver commits."""
+    from ckpt.retention import KeepBest
+
+    ck = Checkpointer(state.engine, tmp_path, "cpt", state.layout, keep_last=2,
+                      options=SaveOptions(mode="async", saver=saver),
+                      keep_best=KeepBest(1, "eval_loss", "min"))
+    for step, loss in ((1, 0.9), (2, 0.4), (3, 0.8), (4, 0.7), (5, 0.6)):
+        saved = payload(step)
+        saved.meta["metrics"] = {"step": step, "eval_loss": loss}
+        ck.save(step, saved)
+    ck.close()
+    assert [p.name for p in committed_steps(tmp_path)] == ["step-000002", "step-000004", "step-000005"]

@@ -55,8 +55,15 @@ def test_the_pipeline_records_four_handoffs_with_criterion_step_and_entropy(pipe
     assert pairs[("rm", "rl")]["carry_policy"]["new_parameters"] == []
     for h in handoffs:
         assert h["chosen_step"] in (2, 4) and h["entropy"] > 0
+        # Pinned where its stage saved it: no retention of that stage ever deletes it.
+        pins = run_dir.glob(f"*/{h['from_stage']}/checkpoints/.pins/step-{h['chosen_step']:06d}--*.json")
+        assert any(f"#{h['id']} of pipeline run" in p.read_text() for p in pins), h
         assert h["reshard"]["output_manifest_sha256"] and h["equivalence"]["passed"] is True
         assert h["reshard"]["output_content_digest"] == content_digest_of(h["reshard"]["output"])
+    chosen = next(run_dir.glob(f"*/sft/checkpoints/step-{pairs[('sft', 'rl')]['chosen_step']:06d}"))
+    shown = run_baton("ckpt", "inspect", str(chosen), check=True).stdout
+    assert f"pinned (never deleted by retention): handoff sft_rl #{pairs[('sft', 'rl')]['id']}" in shown
+    assert "metrics at step" in shown and "eval_loss" in shown
     # The default layouts differ across CPT -> SFT (1/0 -> 2/2) and SFT -> RL (2/2 -> 1/1).
     assert pairs[("cpt", "sft")]["reshard"]["target_parallel"] == {"world_size": 2, "zero_stage": 2}
     assert pairs[("sft", "rl")]["reshard"]["converter"] != "none (same layout)"
