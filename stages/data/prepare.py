@@ -205,14 +205,13 @@ def _tokenized(data: DataFiles, fmt: str, renderer: Renderer, hf_cache: Path, wr
     def render_batch(batch: dict) -> dict:
         out = {name: [] for name in outputs}
         count = len(next(iter(batch.values())))
-        for i in range(count):
-            try:
-                row = renderer.row({name: values[i] for name, values in batch.items()})
-                row["problem"] = ""
-            except Exception as exc:  # RowProblem, or the template / JSON failing on this row
-                reason = str(exc) if isinstance(exc, RowProblem) else f"{type(exc).__name__}: {exc}"
+        for row in renderer.rows([{name: values[i] for name, values in batch.items()} for i in range(count)]):
+            if isinstance(row, RowProblem):
+                reason = str(row)
                 row = {name: [] for name in outputs if name.endswith("ids") or name == "labels"}
                 row.update(answer_json="", extra_json="", length=0, problem=reason)
+            else:
+                row["problem"] = ""
             for name in outputs:
                 out[name].append(row[name])
         return out

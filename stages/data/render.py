@@ -12,6 +12,7 @@ process): its problem is returned in the `problem` column and reported by row nu
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 
 from stages.data.formats import MESSAGES, PREFERENCE, PROMPT_COMPLETION, PROMPTS, ROLES, TEXT
 
@@ -34,6 +35,24 @@ class RowProblem(Exception):
     """What is wrong with one row (reported with its row number by the caller)."""
 
 
+NOT_PREFIXES = ("the chat template does not render the conversation's turns as prefixes of it, so "
+                "the assistant's tokens cannot be found; set data.loss_on=all, or a template that "
+                "does (model.chat_template)")
+NO_ASSISTANT = ("no assistant message, so no token would carry the loss; expected at least one "
+                "message with role 'assistant' (or data.loss_on=all)")
+
+
+def _labels(ids: list[int], offsets, spans: list[tuple[int, int]]) -> list[int]:
+    """Each token's id where it starts inside an assistant span, else IGNORE. Token starts
+    run left to right, so each span is a slice of tokens, found by bisection."""
+    starts = [start for start, _ in offsets]
+    labels = [IGNORE] * len(ids)
+    for lo, hi in spans:
+        first, end = bisect_left(starts, lo), bisect_left(starts, hi)
+        labels[first:end] = ids[first:end]
+    return labels
+
+
 class Renderer:
     def __init__(self, tokenizer, fmt: str, columns: dict[str, str], max_length: int,
                  truncation: str, loss_on: str):
@@ -47,13 +66,7 @@ class Renderer:
             ids = self._plain(self._string(row, "text"), add_special=True, eos=True)
             return self._fit({"input_ids": ids, "labels": list(ids)})
         if self.fmt in (PROMPT_COMPLETION, MESSAGES):
-            ids, labels = self._supervised(row)
-            fitted = self._fit({"input_ids": ids, "labels": labels})
-            if all(label == IGNORE for label in fitted["labels"]):
-                raise RowProblem(f"no token of the answer is left within data.max_length={self.max_length} "
-                                 f"({len(ids)} tokens, the prompt alone fills it); raise data.max_length, "
-                                 "or set data.truncation=left")
-            return fitted
+            return self._supervised_row(*self._supervised(row))
         if self.fmt == PREFERENCE:
             prompt = row.get(self.columns["prompt"]) if self.columns["prompt"] in row else None
             chosen, rejected = (self._answered(prompt, row[self.columns[r]], r)[0]
@@ -71,6 +84,88 @@ class Renderer:
             return self._fit({"prompt_ids": ids, "answer_json": json.dumps(row[self.columns["answer"]]),
                               "extra_json": json.dumps(extra, default=str)})
         raise RowProblem(f"unknown format {self.fmt!r}")
+
+    def _supervised_row(self, ids: list[int], labels: list[int]) -> dict:
+        fitted = self._fit({"input_ids": ids, "labels": labels})
+        if all(label == IGNORE for label in fitted["labels"]):
+            raise RowProblem(f"no token of the answer is left within data.max_length={self.max_length} "
+                             f"({len(ids)} tokens, the prompt alone fills it); raise data.max_length, "
+                             "or set data.truncation=left")
+        return fitted
+
+    # -- a batch ------------------------------------------------------------------------
+    def rows(self, batch: list[dict]) -> list:
+        """`row` of each (a dict, or the RowProblem it raised), with chat rows' renders and
+        their tokenization done once per batch: the template's and the tokenizer's own
+        per-call work is most of a chat row's cost. The output is `row`'s, row by row."""
+        if self.fmt != MESSAGES:
+            return [self._attempt(row) for row in batch]
+        conversations = []
+        for row in batch:
+            try:
+                conversations.append(self._messages(row[self.columns["messages"]], "messages"))
+            except RowProblem as problem:
+                conversations.append(problem)
+        good = [i for i, c in enumerate(conversations) if not isinstance(c, RowProblem)]
+        try:
+            texts = self._render_many([conversations[i] for i in good], generation=False)
+            spans = self._spans_many([conversations[i] for i in good], texts)
+        except RowProblem:  # a conversation the template refuses: find it row by row
+            return [self._attempt(row) for row in batch]
+        # The fast tokenizer's own batch encoding: what `self.tok(texts, add_special_tokens=False)`
+        # runs, without converting every encoding into transformers' structures first.
+        encodings = self.tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
+        out = list(conversations)
+        for n, i in enumerate(good):
+            ids = encodings[n].ids
+            if isinstance(spans[n], RowProblem):
+                out[i] = spans[n]
+                continue
+            labels = list(ids) if self.loss_on == "all" else _labels(ids, encodings[n].offsets, spans[n])
+            try:
+                out[i] = self._supervised_row(ids, labels)
+            except RowProblem as problem:
+                out[i] = problem
+        return out
+
+    def _attempt(self, row: dict):
+        try:
+            return self.row(row)
+        except Exception as exc:  # RowProblem, or the template / JSON failing on this row
+            return exc if isinstance(exc, RowProblem) else RowProblem(f"{type(exc).__name__}: {exc}")
+
+    def _spans_many(self, conversations: list[list[dict]], texts: list[str]) -> list:
+        """`_assistant_spans` of each rendered conversation (a list of spans, or the
+        RowProblem), from two batched renders: the turns before each assistant turn (with
+        the generation prompt), and those up to it when it is not the last."""
+        if self.loss_on == "all":
+            return [[] for _ in conversations]
+        wanted = [(n, i) for n, messages in enumerate(conversations)
+                  for i, message in enumerate(messages) if message["role"] == "assistant"]
+        before = self._render_many([conversations[n][:i] for n, i in wanted if i], generation=True)
+        upto = self._render_many([conversations[n][:i + 1] for n, i in wanted
+                                  if i < len(conversations[n]) - 1], generation=False)
+        before_of, upto_of = iter(before), iter(upto)
+        spans: list = [[] for _ in conversations]
+        for n, i in wanted:
+            head = next(before_of) if i else ""
+            end = next(upto_of) if i < len(conversations[n]) - 1 else texts[n]
+            if isinstance(spans[n], RowProblem):
+                continue
+            if not texts[n].startswith(end) or not end.startswith(head):
+                spans[n] = RowProblem(NOT_PREFIXES)
+            else:
+                spans[n].append((len(head), len(end)))
+        return [s if isinstance(s, RowProblem) or s else RowProblem(NO_ASSISTANT) for s in spans]
+
+    def _render_many(self, conversations: list[list[dict]], generation: bool) -> list[str]:
+        if not conversations:
+            return []
+        try:
+            return self.tok.apply_chat_template(conversations, tokenize=False,
+                                                add_generation_prompt=generation)
+        except Exception as exc:
+            raise RowProblem(f"the chat template refused a conversation ({type(exc).__name__}: {exc})") from None
 
     def _supervised(self, row: dict) -> tuple[list[int], list[int]]:
         if self.fmt == MESSAGES:
@@ -115,13 +210,10 @@ class Renderer:
             before = self._render(messages[:i], generation=True) if i else ""
             upto = self._render(messages[:i + 1], generation=False)
             if not text.startswith(upto) or not upto.startswith(before):
-                raise RowProblem("the chat template does not render the conversation's turns as "
-                                 "prefixes of it, so the assistant's tokens cannot be found; set "
-                                 "data.loss_on=all, or a template that does (model.chat_template)")
+                raise RowProblem(NOT_PREFIXES)
             spans.append((len(before), len(upto)))
         if not spans:
-            raise RowProblem("no assistant message, so no token would carry the loss; expected at "
-                             "least one message with role 'assistant' (or data.loss_on=all)")
+            raise RowProblem(NO_ASSISTANT)
         return text, spans
 
     def _spans_to_labels(self, text: str, spans) -> tuple[list[int], list[int]]:
@@ -129,9 +221,7 @@ class Renderer:
         ids = encoded["input_ids"]
         if self.loss_on == "all":
             return ids, list(ids)
-        labels = [tid if any(lo <= start < hi for lo, hi in spans) else IGNORE
-                  for tid, (start, _) in zip(ids, encoded["offset_mapping"])]
-        return ids, labels
+        return ids, _labels(ids, encoded["offset_mapping"], spans)
 
     def _render(self, messages: list[dict], generation: bool) -> str:
         try:

@@ -56,6 +56,32 @@ def test_chat_loss_falls_on_the_assistant_turns_only(models, family):
     assert everything["labels"] == everything["input_ids"]
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("loss_on", ["completion", "all"])
+def test_a_batch_renders_and_fails_exactly_as_its_rows_one_by_one(models, family, loss_on):
+    """`Renderer.rows` (one batched render and encoding per datasets.map batch) gives
+    `row`'s output for every row, and the same problem for a bad one."""
+    renderer = _renderer(models[family], "messages", loss_on=loss_on, max_length=48)
+    multi_turn = CHATS[2] + [{"role": "user", "content": "and twice that?"},
+                             {"role": "assistant", "content": "28, twice 14"}]
+    batch = [{"messages": m} for m in (
+        *CHATS[:3], multi_turn,
+        [{"role": "user", "content": "no answer here"}],                      # no assistant turn
+        "not a list",                                                         # malformed
+        [{"role": "user", "content": "x " * 80}, {"role": "assistant", "content": "y"}],  # too long
+        [{"role": "assistant", "content": "an answer first"}, {"role": "user", "content": "ok"}])]
+
+    def one(row):
+        try:
+            return renderer.row(row)
+        except RowProblem as problem:
+            return ("problem", str(problem))
+    expected = [one(row) for row in batch]
+    got = [("problem", str(r)) if isinstance(r, RowProblem) else r for r in renderer.rows(batch)]
+    assert got == expected
+    assert sum(isinstance(r, tuple) for r in got) == (2 if loss_on == "all" else 3)
+
+
 def test_plain_prompt_completion_adds_bos_only_where_the_model_has_one(models):
     for family, has_bos in (("llama", True), ("qwen2", False)):
         renderer = _renderer(models[family], "prompt_completion")
