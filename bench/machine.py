@@ -6,7 +6,7 @@ import platform
 from importlib import metadata
 from pathlib import Path
 
-PACKAGES = ("torch", "deepspeed", "transformers", "numpy")
+PACKAGES = ("torch", "deepspeed", "transformers", "numpy", "datasets")
 
 
 def cpu_model() -> str:

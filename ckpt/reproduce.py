@@ -11,7 +11,7 @@ from ckpt.diff import diff_checkpoints
 from core import fingerprint
 
 # Wall-clock fields differ between any two runs and say nothing about reproduction.
-VOLATILE = {"seconds"}
+VOLATILE = {"seconds", "data_seconds"}
 
 
 @dataclass

@@ -10,7 +10,7 @@ from pathlib import Path
 from core.fingerprint import library_versions
 
 METRICS, RESULT, ENVIRONMENT = "metrics.jsonl", "result.json", "environment.json"
-BASIC = ("step", "loss", "lr", "tokens", "samples", "seconds")
+BASIC = ("step", "loss", "lr", "tokens", "samples", "seconds", "data_seconds")
 
 
 class RunFiles:

@@ -104,6 +104,7 @@ class StageWorker:
                                  KeepBest(s.keep_best, s.keep_best_metric, s.keep_best_mode)
                                  if s.keep_best else None)
         self.step_record: dict = {}  # the last finished step's metrics, saved with its checkpoint
+        self.data_seconds = 0.0
         self.tier_saves = TierSaves(self.cfg)
         self.preemption = Preemption()
         self.window = grad_accum.Window()
@@ -129,7 +130,9 @@ class StageWorker:
     def micro_step(self, micro: int) -> None:
         indices = self.sampler.micro_batch_indices(self.progress.step, micro, self.rank)
         self.objective.at_step(self.progress.step)
+        started = time.perf_counter()
         batch = self.objective.batch(TRAIN, indices)
+        self.data_seconds += time.perf_counter() - started
         loss = self.objective.loss(self.engine, batch)
         self.engine.backward(loss)
         self.engine.step()  # DeepSpeed steps the optimizer only at the accumulation boundary
@@ -168,8 +171,11 @@ class StageWorker:
         p.tokens_seen += tokens
         p.samples_seen = p.step * s.global_batch
         self.sampler.advance_to_step(p.step)
+        # data_seconds: this rank's time reading and collating its micro-batches this step.
         record = {"step": p.step, "loss": loss_sum / self.accum,
-                  "lr": self.engine.get_lr()[0], "tokens": p.tokens_seen, "samples": p.samples_seen}
+                  "lr": self.engine.get_lr()[0], "tokens": p.tokens_seen, "samples": p.samples_seen,
+                  "data_seconds": round(self.data_seconds, 6)}
+        self.data_seconds = 0.0
         record.update(self.objective.step_metrics())  # collective: every rank calls it
         if p.step % s.eval_every == 0 or p.step == s.max_steps:
             record.update(self.objective.evaluate(self.engine.module))

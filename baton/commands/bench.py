@@ -4,7 +4,7 @@ measure every checkpoint save method on the same state (docs/bench.md); with `--
 restore and copy time per checkpoint tier instead; with `--selective`, bytes written by
 full vs selective saves over a real SFT stage and the loss after a restart from one.
 `baton bench repro` and `baton bench batch-invariant`: step time per mode of a real stage
-(bench.stage_modes)."""
+(bench.stage_modes). `baton bench data`: what your own data costs (bench.data)."""
 from __future__ import annotations
 
 import json
@@ -49,6 +49,20 @@ def add_arguments(parser) -> None:
     repro.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the results")
     repro.add_argument("--plot", type=Path, default=None, metavar="PATH", help="write a PNG")
 
+    data = sub.add_parser("data", help="what your own data costs: tokenizing against a plain "
+                          "datasets.map, the cache, a worker's memory, loading's share of a step")
+    data.add_argument("--rows", type=int, default=200_000, help="chat rows to tokenize (default 200000)")
+    data.add_argument("--rounds", type=int, default=3, help="tokenize rounds, each one of both (>= 3)")
+    data.add_argument("--memory-gb", type=float, default=2.0,
+                      help="size of the tokenized dataset a worker reads (default 2)")
+    data.add_argument("--memory-steps", type=int, default=500, help="steps read from it (default 500)")
+    data.add_argument("--stage-steps", type=int, default=30, help="steps of the timed SFT stage (>= 5)")
+    data.add_argument("--dir", type=Path, default=None, metavar="PATH",
+                      help="where to write the data (default: the system temp directory)")
+    data.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the results")
+    data.add_argument("--markdown", type=Path, default=None, metavar="PATH",
+                      help="write the results as a dated docs/results/ document")
+
     invariant = sub.add_parser("batch-invariant", help="RL step time with rl.batch_invariant=true vs "
                                "the default batched log-probs, interleaved rounds of real RL stages")
     invariant.add_argument("--rounds", type=int, default=3, help="rounds, each one run per mode (>= 3)")
@@ -81,6 +95,8 @@ SELECTIVE_FLAGS = {"--steps": "steps", "--save-every": "save_every", "--threshol
 
 
 def main(args) -> int:
+    if args.action == "data":
+        return data_main(args)
     if args.action in ("repro", "batch-invariant"):
         return modes_main(args)
     if args.selective:
@@ -231,4 +247,29 @@ def modes_main(args) -> int:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     if args.plot:
         write_plot(bench, result, args.plot)
+    return 0
+
+
+def data_main(args) -> int:
+    """`bench data` (bench.data)."""
+    import sys
+
+    from core.errors import BatonError
+    from bench.console import stdout_to_stderr
+    from bench.data import markdown, report_lines, run_data_bench
+
+    if args.rounds < 3 or args.rows < 100 or args.memory_gb <= 0 or args.memory_steps < 1 or args.stage_steps < 5:
+        raise BatonError(f"bench data: --rounds {args.rounds} --rows {args.rows} --memory-gb {args.memory_gb} "
+                         f"--memory-steps {args.memory_steps} --stage-steps {args.stage_steps}: expected at "
+                         "least 3 rounds, 100 rows, a positive size, 1 memory step and 5 stage steps")
+    with tempfile.TemporaryDirectory(prefix="baton-bench-data-", dir=args.dir) as work:
+        with stdout_to_stderr():  # library chatter must not land between the lines
+            result = run_data_bench(args.rows, args.rounds, args.memory_gb, args.memory_steps,
+                                    args.stage_steps, Path(work), list(args.overrides),
+                                    progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print("\n".join(report_lines(result)))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    if args.markdown:
+        args.markdown.write_text(markdown(result, "baton bench data " + " ".join(sys.argv[3:])))
     return 0

@@ -71,9 +71,7 @@ def main() -> None:
     for name, path in write_all(args.out).items():
         print(f"{name:13s} {path}")
     if args.model:
-        import sys
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from tiny_model import build_tiny_model
+        from bench.tiny_hf_model import build_tiny_model
         print(f"{'model':13s} {build_tiny_model(args.model, 'qwen2')}")
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from examples.own_data.make_data import write_all
 from stages.data.files import content_digest, resolve
-from examples.own_data.tiny_model import build_tiny_model
+from bench.tiny_hf_model import build_tiny_model
 from tests.conftest import metrics, run_baton
 
 pytestmark = pytest.mark.slow

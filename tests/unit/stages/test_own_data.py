@@ -16,7 +16,7 @@ from stages.data.prepare import load_tokenizer, prepare_data
 from stages.data.render import IGNORE, Renderer, RowProblem
 from stages.data.resume import changes
 from stages.tasks import HELDOUT, TRAIN
-from examples.own_data.tiny_model import build_tiny_model
+from bench.tiny_hf_model import build_tiny_model
 
 CHATS = [[{"role": "system", "content": "be brief"}, {"role": "user", "content": f"{a}+{b}="},
           {"role": "assistant", "content": str(a + b)}] for a, b in [(1, 2), (30, 4), (7, 7), (12, 9)] * 5]

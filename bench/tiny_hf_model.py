@@ -1,5 +1,6 @@
-"""Tiny random-initialised Hugging Face causal LMs, built offline: the example's model
-(`make_data.py --model DIR`) and the tests' two model families.
+"""Tiny random-initialised Hugging Face causal LMs, built offline: `baton bench data`'s
+model, the example's (`examples/own_data/make_data.py --model DIR`) and the tests' two
+model families.
 
 Users bring a model directory written by `save_pretrained`, not a baton-made one, so
 this builds exactly that: a config, safetensors weights and a real tokenizer side by
