@@ -13,8 +13,9 @@ from setuptools import Extension, setup
 
 def ieee_sqrt() -> Extension:
     # A plain shared library (no Python module init): core.ieee_sqrt loads it with ctypes.
-    # -fno-math-errno: a negative input gives NaN as MKL does, with no libm call.
-    return Extension("core._ieee_sqrt", ["csrc/ieee_sqrt.c"], extra_compile_args=["-O2", "-fno-math-errno"],
+    # -fno-math-errno: a negative input gives NaN as MKL does, with no libm call; -O3: the
+    # loop becomes SSE2 sqrtps, four at a time (correctly rounded at any width).
+    return Extension("core._ieee_sqrt", ["csrc/ieee_sqrt.c"], extra_compile_args=["-O3", "-fno-math-errno"],
                      libraries=["m"], optional=True)
 
 
