@@ -10,6 +10,8 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,9 +76,49 @@ def _saved_files(directory: Path) -> tuple[Path, ...]:
     return tuple(sorted(directory / name for name in set(names)))
 
 
-def content_digest(data: DataFiles) -> str:
+MEMO_ENTRIES = 256
+RACY_SECONDS = 2.0
+"""A file changed this recently is not remembered: file times advance in clock ticks of a
+few milliseconds, so a second write within the same tick would keep them (git's "racy"
+entries, handled the same way)."""
+
+
+def content_digest(data: DataFiles, memo: Path | None = None) -> str:
     """sha256 over each file's name (relative to the dataset's root) and bytes: equal
-    exactly when the data is, wherever it lies."""
+    exactly when the data is, wherever it lies.
+
+    `memo`: a JSON file remembering digests by what `stat` says of the files (device,
+    inode, size, and the modification and change times in nanoseconds), so a second launch
+    on unchanged data does not read it all again. A write to a file changes its change
+    time, which no user can set back, so a changed file is always read again."""
+    if memo is None:
+        return _hash_files(data)
+    stats = [os.stat(path) for path in data.files]
+    key = hashlib.sha256(json.dumps([[str(p), s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns]
+                                     for p, s in zip(data.files, stats)]).encode()).hexdigest()
+    known = _read_memo(memo)
+    if key in known:
+        return known[key]
+    digest = _hash_files(data)
+    newest = max(max(s.st_mtime_ns, s.st_ctime_ns) for s in stats)
+    if time.time_ns() - newest < RACY_SECONDS * 1e9:
+        return digest
+    known = {**_read_memo(memo), key: digest}
+    tmp = memo.with_name(f"{memo.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(dict(list(known.items())[-MEMO_ENTRIES:])))
+    os.replace(tmp, memo)  # two launches at once: the last write wins, both digests are right
+    return digest
+
+
+def _read_memo(memo: Path) -> dict:
+    try:
+        found = json.loads(memo.read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _hash_files(data: DataFiles) -> str:
     root = Path(data.path) if data.kind == "saved" else Path(data.files[0]).parent
     hasher = hashlib.sha256()
     for path in data.files:

@@ -67,14 +67,16 @@ def prepare_data(cfg, model_dir: Path) -> dict | None:
               "chat_template": _digest(template if isinstance(template, str)
                                        else json.dumps(template, sort_keys=True)) if template else None,
               "render_version": RENDER_VERSION}
-    sources = {"train": {**_describe(train), "keys": _used(columns, fmt)}}
+    cache_root = Path(cfg.data.cache_dir or Path(cfg.run.dir) / "data_cache")
+    cache_root.mkdir(parents=True, exist_ok=True)
+    memo = cache_root / "digests.json"  # unchanged files are not read again (files.content_digest)
+    sources = {"train": {**_describe(train, memo), "keys": _used(columns, fmt)}}
     if held is not None:
-        sources["eval"] = {**_describe(held), "keys": _used(eval_columns, fmt)}
+        sources["eval"] = {**_describe(held, memo), "keys": _used(eval_columns, fmt)}
     else:
         sources["eval"] = {"from": "train", "fraction": section.eval_fraction, "seed": cfg.seed}
     key = hashlib.sha256(json.dumps({**common, "sources": sources}, sort_keys=True).encode()).hexdigest()[:24]
-    root = Path(cfg.data.cache_dir or Path(cfg.run.dir) / "data_cache") / key
-    root.parent.mkdir(parents=True, exist_ok=True)
+    root = cache_root / key
     with open(root.parent / f"{key}.lock", "a") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # a second launch on the same data waits
         if not (root / PLAN).is_file():
@@ -146,9 +148,9 @@ def tokenizer_digest(model_dir: Path) -> str:
     return "sha256:" + hasher.hexdigest()
 
 
-def _describe(data: DataFiles) -> dict:
+def _describe(data: DataFiles, memo: Path) -> dict:
     return {"path": data.path, "kind": data.kind, "files": len(data.files),
-            "digest": content_digest(data)}
+            "digest": content_digest(data, memo)}
 
 
 def _used(columns: dict, fmt: str) -> dict:

@@ -4,6 +4,7 @@ message naming the file, row or key (stages.data)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -275,3 +276,23 @@ def test_messages_need_a_chat_template(models, tmp_path):
     plan = prepare_data(_config(tmp_path, bare, "sft", chats, "data.sft.train.format=messages",
                                 f"model.chat_template={template}", "data.sft.eval_fraction=0.2"), bare)
     assert plan["chat_template"] is not None and plan["train"]["rows"] == 16
+
+
+def test_a_digest_is_remembered_until_the_file_changes(tmp_path, monkeypatch):
+    from stages.data import files
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"text": "one"}\n{"text": "two"}\n')
+    memo = tmp_path / "digests.json"
+    files.content_digest(files.resolve("k", str(data)), memo)
+    assert not memo.exists()  # written this very moment: not remembered (RACY_SECONDS)
+    monkeypatch.setattr(files, "RACY_SECONDS", 0.0)
+    first = files.content_digest(files.resolve("k", str(data)), memo)
+    assert first == files.content_digest(files.resolve("k", str(data)))  # memo or not, one digest
+    with monkeypatch.context() as patched:  # unchanged: answered from the memo, nothing read
+        patched.setattr(files, "_hash_files", lambda data: pytest.fail("read again"))
+        assert files.content_digest(files.resolve("k", str(data)), memo) == first
+    data.write_text('{"text": "ONE"}\n{"text": "two"}\n')  # same size, new bytes
+    os.utime(data, ns=(1, 1))  # new times, even within one clock tick of the first write
+    changed = files.content_digest(files.resolve("k", str(data)), memo)
+    assert changed != first and changed == files.content_digest(files.resolve("k", str(data)))
