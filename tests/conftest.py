@@ -66,6 +66,17 @@ def baton():
     return run_baton
 
 
+@pytest.fixture(scope="module")
+def ray_address():
+    """One loopback-only Ray instance for the module (`rl.ray.address` for its RL stages),
+    owned and stopped by this process: a stage that starts its own pays about 10 s here."""
+    from stages.rl_roles import cluster
+
+    handle = cluster.start(None, "baton-tests")
+    yield handle.address
+    cluster.stop()
+
+
 @pytest.fixture(scope="session")
 def sft_and_rm(tmp_path_factory):
     """A short SFT run and an RM trained from it, shared by every RL test module:

@@ -33,10 +33,11 @@ STEPS = [2, 4, 8]
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
+def study(tmp_path_factory, ray_address):
     run_dir = tmp_path_factory.mktemp("study")
     run_baton("run", f"run.dir={run_dir}", "--stages", "cpt,sft", *PIPELINE, check=True, timeout=900)
-    proc = run_baton("study", "selection", f"run.dir={run_dir}", *PIPELINE,
+    # The candidates' RL runs share the module's Ray instance (one start instead of three).
+    proc = run_baton("study", "selection", f"run.dir={run_dir}", *PIPELINE, f"rl.ray.address={ray_address}",
                      f"study.steps=[{','.join(map(str, STEPS))}]", "study.rl_steps=2",
                      "study.bootstrap=200", timeout=1200)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
@@ -128,14 +129,15 @@ def test_bad_input_is_refused_before_any_rl_compute(study, bad, expected):
         assert [s.id for s in store.studies()] == [1]
 
 
-def test_criterion_study_picks_by_the_winning_diagnostic_and_records_the_study(study):
+def test_criterion_study_picks_by_the_winning_diagnostic_and_records_the_study(study, ray_address):
     run_dir, _ = study
     with _store(run_dir) as store:
         record = store.study(1)
     # SFT from the base model (no CPT: it adds nothing to this check), then the handoff.
     proc = run_baton("run", f"run.dir={run_dir}", "--stages", "sft,rl", *CPT_SFT,
                      "selection@pipeline.handoffs.sft_rl.selection=study",
-                     f"+pipeline.overrides.rl=['stage.max_steps=1',{TINY_RL}]", timeout=900)
+                     f"+pipeline.overrides.rl=['stage.max_steps=1',{TINY_RL}]",
+                     f"rl.ray.address={ray_address}", timeout=900)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
     with _store(run_dir) as store:
         handoff = [h for p in store.pipeline_runs() for h in store.handoffs(p.id)

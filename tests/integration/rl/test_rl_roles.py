@@ -30,16 +30,6 @@ def _ckpt(run_dir, stage, step):
 
 
 @pytest.fixture(scope="module")
-def ray_address():
-    """One loopback-only Ray instance for the module, owned (and stopped) by this process."""
-    from stages.rl_roles import cluster
-
-    handle = cluster.start(None, "baton-tests")
-    yield handle.address
-    cluster.stop()
-
-
-@pytest.fixture(scope="module")
 def trained(sft_and_rm):
     home, sft, _ = sft_and_rm
     return sft, _ckpt(home, "rm", 4)

@@ -56,26 +56,26 @@ def test_a_policy_cannot_start_from_a_reward_model_checkpoint(trained):
         load_weights_into(policy, _ckpt(home, "rm", 4))
 
 
-def _rl(run_dir, sft, rm, *extra):
+def _rl(run_dir, sft, rm, ray_address, *extra):
     # The RM's continuous score gives groups non-zero advantages even while the
     # briefly trained policy never hits an exact answer.
-    return run_baton("stage", "rl", f"run.dir={run_dir}", f"stage.init_from={sft}",
+    return run_baton("stage", "rl", f"run.dir={run_dir}", f"stage.init_from={sft}", f"rl.ray.address={ray_address}",
                      "stage.reward_model_weight=0.5", f"stage.reward_model_from={rm}",
                      "stage.kl_target=0.01", *RL_LAYOUT, *extra, check=True)
 
 
 @pytest.mark.slow
-def test_rl_resume_from_step_k_is_bit_exact_and_an_rl_checkpoint_needs_its_state(trained, tmp_path):
+def test_rl_resume_from_step_k_is_bit_exact_and_an_rl_checkpoint_needs_its_state(trained, tmp_path, ray_address):
     home, sft, _ = trained
     rm = _ckpt(home, "rm", 4)
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    _rl(straight, sft, rm)
+    _rl(straight, sft, rm, ray_address)
     # The resume loads its frozen models from copies elsewhere: their identity in the RL
     # state is what they hold, so the copies are accepted and the final states equal.
     moved_sft, moved_rm = tmp_path / "moved" / "sft" / sft.name, tmp_path / "moved" / "rm" / rm.name
     shutil.copytree(sft, moved_sft)
     shutil.copytree(rm, moved_rm)
-    _rl(resumed, moved_sft, moved_rm, f"resume={_ckpt(straight, 'rl', K)}")
+    _rl(resumed, moved_sft, moved_rm, ray_address, f"resume={_ckpt(straight, 'rl', K)}")
 
     diff = run_baton("ckpt", "diff", str(_ckpt(straight, "rl", N)), str(_ckpt(resumed, "rl", N)))
     assert diff.returncode == 0, diff.stdout + diff.stderr
