@@ -30,8 +30,8 @@ native-deps:
 # `torch` requirement would pull a multi-GB CUDA build. The package's own requirement
 # stays a range so GPU machines can use their own build.
 # setup.py builds csrc/ during the editable install: the native checkpoint writer into ckpt/,
-# the IEEE square root portable mode preloads (core/ieee_sqrt.py) into core/.
-$(STAMP): pyproject.toml setup.py csrc/native_writer.cpp csrc/ieee_sqrt.c
+# what portable mode preloads ahead of MKL (core/mkl_preload.py) into core/.
+$(STAMP): pyproject.toml setup.py csrc/native_writer.cpp csrc/mkl_preload.c
 	@$(MAKE) --no-print-directory native-deps
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -40,7 +40,7 @@ $(STAMP): pyproject.toml setup.py csrc/native_writer.cpp csrc/ieee_sqrt.c
 	@$(BIN)/python -c "import ckpt._native_writer" 2>/dev/null || [ "$$BATON_ALLOW_NO_NATIVE" = 1 ] || \
 		{ echo "baton: ckpt._native_writer did not build (see pip's output above); fix the" \
 		"build or run with BATON_ALLOW_NO_NATIVE=1 to use the Python writer" >&2; exit 2; }
-	@ls core/_ieee_sqrt*.so >/dev/null 2>&1 || { echo "baton: core/_ieee_sqrt (csrc/ieee_sqrt.c)" \
+	@ls core/_mkl_preload*.so >/dev/null 2>&1 || { echo "baton: core/_mkl_preload (csrc/mkl_preload.c)" \
 		"did not build (see pip's output above); portable mode needs it" >&2; exit 2; }
 	$(BIN)/python -m stages.prebuild
 	$(BIN)/python -m flows.prefect_template

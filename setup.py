@@ -1,7 +1,7 @@
 """Builds the native parts (csrc/); all other metadata is in pyproject.toml.
 
-- `core._ieee_sqrt`: IEEE square roots in place of MKL's vector-math ones, which portable
-  mode loads into every process (core/ieee_sqrt.py). Plain C, no dependency but libm.
+- `core._mkl_preload`: what portable mode loads ahead of MKL into every process (MKL's
+  AVX2 branch on any vendor's CPU, IEEE square roots; core/mkl_preload.py). Plain C, libm only.
 - `ckpt._native_writer`: the optional native checkpoint writer.
 
 The extension is optional: where it cannot be built (no compiler, no OpenSSL or xxhash
@@ -11,11 +11,11 @@ writer with a one-line notice. See docs/native_writer.md.
 from setuptools import Extension, setup
 
 
-def ieee_sqrt() -> Extension:
-    # A plain shared library (no Python module init): core.ieee_sqrt loads it with ctypes.
+def mkl_preload() -> Extension:
+    # A plain shared library (no Python module init): core.mkl_preload loads it with ctypes.
     # -fno-math-errno: a negative input gives NaN as MKL does, with no libm call; -O3: the
     # loop becomes SSE2 sqrtps, four at a time (correctly rounded at any width).
-    return Extension("core._ieee_sqrt", ["csrc/ieee_sqrt.c"], extra_compile_args=["-O3", "-fno-math-errno"],
+    return Extension("core._mkl_preload", ["csrc/mkl_preload.c"], extra_compile_args=["-O3", "-fno-math-errno"],
                      libraries=["m"], optional=True)
 
 
@@ -35,4 +35,4 @@ def native_extensions() -> list[Extension]:
     )]
 
 
-setup(ext_modules=[ieee_sqrt(), *native_extensions()])
+setup(ext_modules=[mkl_preload(), *native_extensions()])

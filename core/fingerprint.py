@@ -17,7 +17,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from core import ieee_sqrt
+from core import mkl_preload
 from core.mkl_branch import effective_branch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ def _libraries(torch) -> dict:
     onednn = re.search(r"MKL-DNN (v[\d.]+)", shown)
     blas = re.search(r"BLAS_INFO=(\w+)", shown)
     return {"blas": blas.group(1) if blas else "unknown", "mkl": mkl.group(1) if mkl else None,
-            "mkl_branch": effective_branch(), "sqrt": ieee_sqrt.kind(),
+            "mkl_branch": effective_branch(), "sqrt": mkl_preload.kind(),
             "onednn": onednn.group(1) if onednn else None}
 
 

@@ -4,14 +4,14 @@ Floating-point results on CPU depend on the kernels torch dispatches to, and tho
 on the instruction set: an AVX512 machine and an AVX2 machine sum in different orders and
 differ in the last bits after one step, and over a pipeline the handoffs then choose
 different checkpoints. Three libraries choose kernels by ISA, each at its first call:
-- MKL (matmul, BLAS): `MKL_CBWR` is MKL's conditional numerical reproducibility. Only its
-  COMPATIBLE branch runs on every vendor's CPU: MKL grants the faster branches (AVX2, …)
-  on Intel CPUs only, and on an AMD CPU falls back to its own dispatch, whose matmuls differ
-  from Intel's AVX2 branch in the last bits (found with `baton probe`, docs/reproducibility.md).
-  So both levels pin MKL to COMPATIBLE, and each process checks the branch MKL reports.
-  MKL's vector math (ATen's float sqrt) is not correctly rounded in that branch and still
-  differs by vendor, so portable mode replaces its square root with an IEEE one
-  (core.ieee_sqrt: a preloaded library), and each process checks that too.
+- MKL (matmul, BLAS, vector math): `MKL_CBWR` is MKL's conditional numerical
+  reproducibility. MKL grants its AVX2 branch on Intel CPUs only (on an AMD CPU it runs its
+  own dispatch, whose matmuls differ in the last bits); the branch it grants everywhere,
+  COMPATIBLE, costs about twice native step time and rounds square roots differently by
+  vendor. So portable mode preloads a library that answers MKL's vendor check with "Intel"
+  and computes square roots as IEEE ones (core.mkl_preload), pins `avx2` to MKL's AVX2
+  branch and `baseline` to COMPATIBLE, and each process checks both (found with `baton
+  probe`, docs/reproducibility.md).
 - ATen's own vectorized kernels (elementwise, reductions, softmax, Adam): `ATEN_CPU_CAPABILITY`
   selects which build of each kernel runs.
 - oneDNN (some convolutions and matmuls): `ONEDNN_MAX_CPU_ISA` caps its JIT kernels.
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import os
 
-from core import ieee_sqrt
+from core import mkl_preload
 from core.errors import BatonError
 from core.mkl_branch import effective_branch
 
@@ -44,7 +44,7 @@ PORTABLE, NATIVE = "portable", "native"
 LEVELS = {
     "baseline": ({"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "default",
                   "ONEDNN_MAX_CPU_ISA": "SSE41", "DNNL_MAX_CPU_ISA": "SSE41"}, "DEFAULT"),
-    "avx2": ({"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "avx2",
+    "avx2": ({"MKL_CBWR": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
               "ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2"}, "AVX2"),
 }
 # cuBLAS picks reduction splits by workspace; a fixed workspace makes them deterministic.
@@ -57,10 +57,11 @@ class MklBranchNotApplied(BatonError):
         wanted = LEVELS[isa][0]["MKL_CBWR"]
         super().__init__(
             f"repro.mode=portable repro.isa={isa}: MKL runs its {found} code path in this process, "
-            f"expected {wanted} (MKL_CBWR={wanted}). MKL read MKL_CBWR before the portable settings "
-            "were in this process's environment, or something changed it since: start the "
-            f"process through `baton`, which sets them first, or export MKL_CBWR={wanted} before it "
-            "starts.")
+            f"expected {wanted} (MKL_CBWR={wanted}). Either MKL read MKL_CBWR before the portable "
+            "settings were in this process's environment, or (on a CPU not made by Intel) MKL's "
+            "vendor check was not answered by baton's MKL preload (core/_mkl_preload, loaded before "
+            "torch): start the process through `baton`, which sets both up first, or export "
+            f"MKL_CBWR={wanted} and LD_PRELOAD=<that library> before it starts.")
 
 
 class ReproModeNotApplied(BatonError):
@@ -81,7 +82,7 @@ def process_env(repro) -> dict[str, str]:
         return {}
     threads = str(repro.threads)
     return {**LEVELS[repro.isa][0], **GPU_DETERMINISM, **{name: threads for name in THREAD_VARIABLES},
-            **ieee_sqrt.preload_env()}
+            **mkl_preload.preload_env()}
 
 
 def apply_to_environ(repro) -> None:
@@ -89,7 +90,7 @@ def apply_to_environ(repro) -> None:
     into the process itself (both before torch loads)."""
     os.environ.update(process_env(repro))
     if repro.mode == PORTABLE:
-        ieee_sqrt.load_here()
+        mkl_preload.load_here()
 
 
 def apply_in_process(repro) -> None:
@@ -111,9 +112,9 @@ def apply_in_process(repro) -> None:
     branch = effective_branch()
     if branch is not None and branch != LEVELS[repro.isa][0]["MKL_CBWR"]:
         raise MklBranchNotApplied(repro.isa, branch)
-    if not ieee_sqrt.in_effect():
-        raise ieee_sqrt.IeeeSqrtNotApplied(
-            "the library was not loaded before torch" if ieee_sqrt.library() else "the library is not built")
+    if not mkl_preload.in_effect():
+        raise mkl_preload.IeeeSqrtNotApplied(
+            "the library was not loaded before torch" if mkl_preload.library() else "the library is not built")
 
 
 def use_deterministic_algorithms() -> None:
@@ -149,4 +150,4 @@ def runs_pinned(repro) -> bool:
         return False
     import torch
 
-    return torch.backends.cpu.get_cpu_capability() == LEVELS[repro.isa][1] and ieee_sqrt.in_effect()
+    return torch.backends.cpu.get_cpu_capability() == LEVELS[repro.isa][1] and mkl_preload.in_effect()

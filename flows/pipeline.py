@@ -9,7 +9,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
-from core import ieee_sqrt
+from core import mkl_preload
 
 from flows.handoff_task import run_handoff
 from flows.stage_task import run_stage
@@ -38,7 +38,7 @@ def close_pipeline_run(overrides: list[str], pipeline_run_id: int, status: str) 
 
 @flow(name="post_training", log_prints=True)
 def post_training(overrides: list[str] | None = None) -> dict:
-    ieee_sqrt.load_here()  # before a task imports torch: portable mode's square root (core.ieee_sqrt)
+    mkl_preload.load_here()  # before a task imports torch: portable mode's square root (core.mkl_preload)
     overrides = list(overrides or [])
     run = open_pipeline_run(overrides)
     stage_runs: dict[str, dict] = {}

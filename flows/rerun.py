@@ -51,7 +51,7 @@ def rerun_task(handoff_id: int, overrides: list[str]) -> dict:
 
 @flow(name="rerun_stage", log_prints=True)
 def rerun_stage(handoff_id: int, overrides: list[str] | None = None) -> dict:
-    from core import ieee_sqrt
+    from core import mkl_preload
 
-    ieee_sqrt.load_here()  # before a task imports torch: portable mode's square root (core.ieee_sqrt)
+    mkl_preload.load_here()  # before a task imports torch: portable mode's square root (core.mkl_preload)
     return rerun_task(handoff_id, list(overrides or []))

@@ -84,8 +84,8 @@ def analyze_study(overrides: list[str], study: dict) -> dict:
 def selection_study(overrides: list[str] | None = None) -> dict:
     """Run with `.with_options(task_runner=ThreadPoolTaskRunner(study.workers))`: the
     candidates' RL runs are processes, so threads are enough to run them side by side."""
-    from core import ieee_sqrt
-    ieee_sqrt.load_here()  # before a task imports torch: portable mode's square root (core.ieee_sqrt)
+    from core import mkl_preload
+    mkl_preload.load_here()  # before a task imports torch: portable mode's square root (core.mkl_preload)
     from flows.study_records import StudyRecording
 
     overrides = list(overrides or [])

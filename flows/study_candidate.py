@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
     overrides = json.loads(Path(argv[0]).read_text())["overrides"]
     cfg = compose(overrides)  # flows.stage_config.stage_overrides: stage=rl included
     # This process is the candidate's own: it may pin itself, and does so before anything
-    # imports torch (portable mode's square root is loaded then: core.ieee_sqrt).
+    # imports torch (portable mode's square root is loaded then: core.mkl_preload).
     pin_this_process(cfg.repro)
     import contextlib
 

@@ -84,7 +84,7 @@ def battery(cfg: BatonConfig) -> list[tuple[str, Callable[[], str]]]:
         ("rmsnorm forward+backward", lambda: _with_grads(
             lambda a, w: w * (a * torch.rsqrt(a.pow(2).mean(-1, keepdim=True) + 1e-6)), x, weight)),
         ("silu*mul forward+backward", lambda: _with_grads(lambda a, b: F.silu(a) * b, x, x.flip(0))),
-        # The optimizer's and the gradient norm's square roots (core.ieee_sqrt).
+        # The optimizer's and the gradient norm's square roots (core.mkl_preload).
         ("sqrt", lambda: digest(x.abs().sqrt(), x.abs().pow(0.5))),
         ("exp", lambda: digest(x.exp())), ("log", lambda: digest((x.abs() + 1e-3).log())),
         ("rotary cos/sin", lambda: digest(*_rotary(seq, head_dim))),

@@ -7,7 +7,7 @@ for each `MKL_CBWR` value given. Each branch runs in a fresh process (MKL reads 
     .venv/bin/python -m experiments.numerics.sqrt_branches COMPATIBLE AVX2 AVX512
 
 Branches other than COMPATIBLE are granted on Intel CPUs only. Without portable mode's
-replacement (core.ieee_sqrt), so run it as a plain interpreter, not through `baton`.
+replacement (core.mkl_preload), so run it as a plain interpreter, not through `baton`.
 """
 from __future__ import annotations
 

@@ -20,10 +20,14 @@ AVX2_MACHINE = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"
 
 def other_vendor_machine(build_dir: Path) -> dict:
     """The environment of a process whose MKL takes the other vendor's code paths."""
-    intel_here = "GenuineIntel" in Path("/proc/cpuinfo").read_text()
-    library = build_dir / "mkl_other_vendor.so"
+    return vendor_machine(build_dir, intel="GenuineIntel" not in Path("/proc/cpuinfo").read_text())
+
+
+def vendor_machine(build_dir: Path, intel: bool) -> dict:
+    """The environment of a process whose MKL believes it runs on an Intel CPU, or not."""
+    library = build_dir / f"mkl_vendor_{'intel' if intel else 'other'}.so"
     if not library.exists():
         source = Path(__file__).with_name("mkl_other_vendor.c")
-        subprocess.run(["gcc", "-shared", "-fPIC", "-O2", f"-DINTEL={0 if intel_here else 1}",
+        subprocess.run(["gcc", "-shared", "-fPIC", "-O2", f"-DINTEL={int(intel)}",
                         "-o", str(library), str(source)], check=True)
     return {"LD_PRELOAD": str(library)}

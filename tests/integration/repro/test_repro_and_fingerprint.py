@@ -17,7 +17,7 @@ def test_portable_pins_every_kernel_library_and_the_threads_native_pins_nothing(
     cfg = compose([])
     assert cfg.repro.mode == "portable" and cfg.repro.isa == "avx2"
     env = process_env(cfg.repro)
-    assert env["MKL_CBWR"] == "COMPATIBLE" and env["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert env["MKL_CBWR"] == "AVX2" and env["ATEN_CPU_CAPABILITY"] == "avx2"
     assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2"
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "1"
     env = process_env(compose(["repro.isa=baseline"]).repro)
@@ -39,46 +39,57 @@ def test_bad_repro_settings_are_named():
 def test_a_worker_started_with_the_variables_runs_the_pinned_kernels():
     script = ("from core.config import compose; from core.repro import apply_in_process;"
               "import torch; cfg = compose(['repro.isa=baseline']); apply_in_process(cfg.repro);"
-              "from core.mkl_branch import effective_branch; from core import ieee_sqrt;"
+              "from core.mkl_branch import effective_branch; from core import mkl_preload;"
               "print(torch.backends.cpu.get_cpu_capability(), torch.get_num_threads(),"
-              " torch.are_deterministic_algorithms_enabled(), effective_branch(), ieee_sqrt.kind())")
+              " torch.are_deterministic_algorithms_enabled(), effective_branch(), mkl_preload.kind())")
     env = {**process_env(compose(["repro.isa=baseline"]).repro), "PATH": "/usr/bin:/bin"}
-    assert "_ieee_sqrt" in env["LD_PRELOAD"]
+    assert "_mkl_preload" in env["LD_PRELOAD"]
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                          check=True).stdout.split()
     assert out[-5:] == ["DEFAULT", "1", "True", "COMPATIBLE", "ieee"]
 
 
 def test_square_roots_are_ieee_in_portable_mode_and_mkls_otherwise():
-    """MKL's vector-math sqrt (COMPATIBLE branch) is off in the last bit for about one
-    value in five, differently on Intel and AMD; portable mode replaces it. A process
-    started without the replacement is refused, naming it."""
+    """MKL's vector-math sqrt (COMPATIBLE branch: repro.isa=baseline) is off in the last
+    bit for about one value in five, differently on Intel and AMD; portable mode replaces
+    it. A process started without the replacement is refused, naming it."""
     values = ("import torch; v = torch.arange(1, 4097, dtype=torch.float32) * 0.0137;"
               "print(int((v.sqrt() != v.double().sqrt().float()).sum()))")
-    env = {**LEVELS["avx2"][0], "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    baseline = compose(["repro.isa=baseline"]).repro
+    env = {**LEVELS["baseline"][0], "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
     mkl = subprocess.run([sys.executable, "-c", values], env=env, capture_output=True, text=True, check=True)
     assert int(mkl.stdout) > 0  # the wrongly rounded results the replacement exists for
-    ieee = subprocess.run([sys.executable, "-c", values], env={**env, **process_env(compose([]).repro)},
+    ieee = subprocess.run([sys.executable, "-c", values], env={**env, **process_env(baseline)},
                           capture_output=True, text=True, check=True)
     assert int(ieee.stdout) == 0
     refused = subprocess.run([sys.executable, "-c", "from core.config import compose;"
-                              "from core.repro import apply_in_process; apply_in_process(compose([]).repro)"],
+                              "from core.repro import apply_in_process;"
+                              "apply_in_process(compose(['repro.isa=baseline']).repro)"],
                              env=env, capture_output=True, text=True)
     assert refused.returncode != 0 and "IeeeSqrtNotApplied" in refused.stderr
     assert "not loaded before torch" in refused.stderr
 
 
-def test_a_process_whose_mkl_runs_another_code_path_is_refused():
-    """MKL_CBWR=AVX2 (what portable mode asked for before): an AMD CPU's MKL runs AUTO, an
-    Intel one's the AVX2 branch; either is refused by name, since only COMPATIBLE is the
-    same on both."""
+def test_mkl_runs_its_avx2_branch_on_any_vendor_with_the_preload_and_is_refused_without(tmp_path):
+    """MKL grants its AVX2 branch only to a CPU it believes is Intel's. Here MKL is told it
+    runs on another vendor's CPU (on an AMD machine, the truth): without baton's preload
+    it falls back to its own dispatch and the process is refused by name; with the
+    preload ahead (as baton starts every process), MKL runs the AVX2 branch."""
+    from tests.integration.repro.machines import vendor_machine
+
+    not_intel = vendor_machine(tmp_path, intel=False)["LD_PRELOAD"]
     script = ("from core.config import compose; from core.repro import apply_in_process;"
-              "apply_in_process(compose([]).repro)")
-    env = {**LEVELS["avx2"][0], "MKL_CBWR": "AVX2", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
-    assert proc.returncode != 0
-    assert "MklBranchNotApplied" in proc.stderr and "expected COMPATIBLE" in proc.stderr
-    assert "MKL runs its AUTO code path" in proc.stderr or "MKL runs its AVX2 code path" in proc.stderr
+              "apply_in_process(compose([]).repro); from core.mkl_branch import effective_branch;"
+              "print(effective_branch())")
+    env = {**process_env(compose([]).repro), "PATH": "/usr/bin:/bin"}
+    refused = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             env={**env, "LD_PRELOAD": not_intel})
+    assert refused.returncode != 0
+    assert "MklBranchNotApplied" in refused.stderr and "expected AVX2" in refused.stderr
+    assert "MKL runs its AUTO code path" in refused.stderr and "vendor check" in refused.stderr
+    granted = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                             env={**env, "LD_PRELOAD": f"{env['LD_PRELOAD']} {not_intel}"})
+    assert granted.stdout.split()[-1] == "AVX2"
 
 
 def test_a_process_that_already_dispatched_natively_is_refused():
@@ -142,6 +153,6 @@ def test_every_worker_starts_with_a_fixed_string_hash_seed_and_the_mode_pinning(
     # Set iteration order decides the order torch.save numbers storages in (same values,
     # other bytes, another content digest) unless the hash seed is fixed.
     assert env["PYTHONHASHSEED"] == "0"
-    assert env["MKL_CBWR"] == "COMPATIBLE" and env["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert env["MKL_CBWR"] == "AVX2" and env["ATEN_CPU_CAPABILITY"] == "avx2"
     # Native leaves the kernel variables as this process has them.
     assert worker_env(compose(["repro.mode=native"]).repro).get("MKL_CBWR") == os.environ.get("MKL_CBWR")

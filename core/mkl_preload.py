@@ -1,20 +1,25 @@
-"""IEEE square roots in place of MKL's vector-math ones, for portable mode.
+"""What portable mode loads ahead of the MKL inside libtorch_cpu (csrc/mkl_preload.c).
 
-ATen hands every float and double `sqrt` on the CPU (and `pow(x, 0.5)`) to MKL's vector
-math (`vmsSqrt`, `vmdSqrt`), statically linked into libtorch_cpu. MKL's COMPATIBLE branch,
-the one branch it grants on both Intel and AMD CPUs, computes them with an approximation
-that is off by one unit in the last place for about one result in five, and which results
-are off differs between an Intel Xeon and an AMD EPYC. A training step takes square roots
-in the optimizer (unfused AdamW) and in the gradient norm DeepSpeed clips by, so one step
-differs in the last bits and the whole pipeline after it (found with `baton probe`,
-docs/reproducibility.md).
+Two things MKL decides by the CPU it runs on, which portable mode makes the same on every
+x86 CPU with AVX2:
 
-csrc/ieee_sqrt.c defines both functions as IEEE square roots, which every x86-64 CPU
-rounds the same. Portable mode puts that library ahead of libtorch_cpu in every process:
-LD_PRELOAD for the processes it starts, and a global dlopen before torch loads for the
-current one (libtorch_cpu's calls go through its symbol table, and the first definition
-loaded wins). `in_effect` checks that it did, on inputs MKL's COMPATIBLE branch rounds
-wrongly.
+- **Its code path.** `MKL_CBWR=AVX2` asks MKL for its AVX2 branch, but MKL grants it only
+  on Intel CPUs; on an AMD EPYC it ran its own dispatch, whose matmuls differ in the last
+  bits, and the branch granted everywhere (COMPATIBLE, SSE2 kernels) costs about twice
+  native step time. The library answers MKL's vendor check with "Intel", so every CPU runs
+  the AVX2 branch; core.mkl_branch reads back the branch MKL really runs, and a pinned
+  process that finds another is refused.
+- **Its square roots.** ATen hands every float and double `sqrt` (and `pow(x, 0.5)`) to
+  MKL's vector math (`vmsSqrt`, `vmdSqrt`). In the COMPATIBLE branch about one result in
+  five is off by one unit in the last place, differently on an Intel Xeon and an AMD EPYC
+  (found with `baton probe`, docs/reproducibility.md); a step takes square roots in AdamW
+  and in the gradient norm DeepSpeed clips by. The library computes them as IEEE square
+  roots, which every x86-64 CPU rounds the same, whatever the branch.
+
+libtorch_cpu calls these functions through its symbol table, so the first definition
+loaded wins: portable mode puts the library in LD_PRELOAD for the processes it starts and
+loads it globally into the current one before torch loads. `in_effect` checks the square
+roots on inputs the COMPATIBLE branch rounds wrongly.
 """
 from __future__ import annotations
 
@@ -35,8 +40,8 @@ class IeeeSqrtNotApplied(BatonError):
     def __init__(self, reason: str):
         super().__init__(
             f"repro.mode=portable: square roots in this process still go through MKL's vector "
-            f"math, which rounds differently on Intel and AMD CPUs ({reason}). baton loads its IEEE "
-            "square root (core/_ieee_sqrt, built from csrc/ieee_sqrt.c by `make install`) before "
+            f"math, which rounds differently on Intel and AMD CPUs ({reason}). baton loads its MKL "
+            "preload (core/_mkl_preload, built from csrc/mkl_preload.c by `make install`) before "
             "torch: reinstall with a C compiler present (`make install`), and start the process "
             "through `baton`, or set LD_PRELOAD to that library before it starts.")
 
@@ -45,7 +50,7 @@ class IeeeSqrtNotApplied(BatonError):
 def library() -> Path | None:
     """The built library (an extension file next to this module), or None if not built."""
     for suffix in EXTENSION_SUFFIXES:
-        candidate = HERE / f"_ieee_sqrt{suffix}"
+        candidate = HERE / f"_mkl_preload{suffix}"
         if candidate.is_file():
             return candidate
     return None
