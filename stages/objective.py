@@ -10,6 +10,7 @@ calls four hooks whose defaults here suit a plain causal LM: `build_model(model_
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from stages.data.examples import BuiltinExamples
@@ -19,8 +20,13 @@ from stages.tasks import HELDOUT, ArithmeticTasks
 
 
 def pad(rows: list[list[int]], value: int) -> torch.Tensor:
+    """Rows right-padded with `value` to the longest, as one int64 tensor (filled through
+    numpy: one allocation, no nested Python lists for torch to walk)."""
     width = max(len(r) for r in rows)
-    return torch.tensor([r + [value] * (width - len(r)) for r in rows], dtype=torch.long)
+    out = np.full((len(rows), width), value, dtype=np.int64)
+    for i, row in enumerate(rows):
+        out[i, :len(row)] = row
+    return torch.from_numpy(out)
 
 
 def pad_id(tokenizer) -> int:
@@ -82,7 +88,7 @@ class CausalLMObjective:
 
     def examples(self, split: str, indices: list[int]) -> list[tuple[list[int], list[int]]]:
         """(input ids, labels) per example; labels use IGNORE where no loss is taken."""
-        return [self.data.lm_example(split, index) for index in indices]
+        return self.data.lm_examples(split, indices)
 
     def batch(self, split: str, indices: list[int]) -> dict:
         rows = self.examples(split, indices)

@@ -149,6 +149,8 @@ def test_every_file_format_gives_the_same_rows(models, tmp_path, kind):
             for i in range(examples.size(split))}
     assert seen == {tuple(reference.row({"prompt": r["question"], "completion": r["response"]})["input_ids"])
                     for r in rows}
+    some = [5, 0, 35, 5]  # a micro-batch is read in one take: the same rows, in its order
+    assert examples.lm_examples(TRAIN, some) == [examples.lm_example(TRAIN, i) for i in some]
 
 
 def test_the_cache_is_keyed_by_content(models, tmp_path, monkeypatch):
@@ -183,6 +185,7 @@ def test_preference_pairs_of_strings_and_of_messages(models, tmp_path):
         examples = FileExamples(prepare_data(cfg, models["llama"]))
         chosen, rejected = examples.preference(TRAIN, 0)
         assert chosen != rejected and chosen[0] == rejected[0]
+        assert examples.lm_examples(TRAIN, [1, 0]) == [examples.lm_example(TRAIN, i) for i in (1, 0)]
 
 
 # -- bad input: one message naming the file, the row or line, the key ------------------------
