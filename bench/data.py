@@ -204,10 +204,14 @@ def report_lines(result: dict) -> list[str]:
 
 
 def markdown(result: dict, command: str) -> str:
+    from core.fingerprint import code_version
+
     m = result["machine"]
+    disk = m["filesystem"]
+    disk = f"{disk.get('type')} on {disk.get('mount')}" if isinstance(disk, dict) else disk
     return "\n".join([
         f"# `baton bench data`, {time.strftime('%Y-%m-%d')}", "",
-        f"`{command}` on {m['cpu_model']} ({m['cores']} cores, {m['memory_bytes'] / 2**30:.0f} GiB, "
-        f"{m['filesystem']}), torch {m.get('torch_version')}, transformers "
+        f"`{command}` at commit {code_version()} on {m['cpu_model']} ({m['cores']} cores, "
+        f"{m['memory_bytes'] / 2**30:.0f} GiB, {disk}), torch {m.get('torch_version')}, transformers "
         f"{m.get('transformers_version')}, datasets {m.get('datasets_version')}.", "",
         "```", *report_lines(result), "```", ""])
