@@ -39,7 +39,10 @@ def prepare_stage(cfg, name: str, locks: contextlib.ExitStack | None = None):
         from ckpt.layout import step_of
         from ckpt.retention import pin
         if step_of(s.init_from) is not None:  # lineage names it: its stage must not delete it
-            pin(s.init_from, f"stage {name} in {cfg.run.dir} started from it")
+            try:
+                pin(s.init_from, f"stage {name} in {cfg.run.dir} started from it")
+            except OSError:  # a read-only place: no retention can delete anything there either
+                pass
     target = resolve_resume(cfg.resume, checkpoints_dir(cfg.run.dir, name))
     if target is None and name != "rl":
         # Nothing here reads the model: the workers create the built-in one if it is not
