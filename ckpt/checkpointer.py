@@ -117,8 +117,7 @@ class Checkpointer:
                  options: SaveOptions | None = None, node: NodeGroup | None = None,
                  keep_best: KeepBest | None = None):
         self.engine, self.root, self.stage = engine, Path(root), stage
-        self.parallel, self.keep_last = parallel, keep_last  # the manifest's `parallel`
-        self.keep_best = keep_best  # besides the newest keep_last (ckpt.retention)
+        self.parallel, self.keep_last, self.keep_best = parallel, keep_last, keep_best  # manifest; retention
         self.layout = Layout.from_dict(parallel)
         self.options = options or SaveOptions()
         self.asynchronous = self.options.mode == "async"

@@ -18,8 +18,7 @@ from flows.stage_config import stage_config
 @task(name="handoff", cache_policy=NO_CACHE)
 def run_handoff(overrides: list[str], name: str, pipeline_run_id: int, from_stage_run_id: int,
                 stage_root: str) -> dict:
-    from ckpt import signing
-    from ckpt.retention import pin
+    from ckpt import retention, signing
     from core.repro import pin_this_process
     from flows.recording import Recording
     from handoff import decide
@@ -54,8 +53,7 @@ def run_handoff(overrides: list[str], name: str, pipeline_run_id: int, from_stag
         criterion_params={**asdict(sel), **({"study": asdict(study)} if study else {})},
         entropy=chosen.metrics["entropy"],
         carry_policy=carry_record(plan.carry, new_params, _train_data(target)))
-    # Lineage names it as the handoff's input: no retention of its stage deletes it.
-    pin(chosen.path, f"handoff {name} #{handoff.id} of pipeline run {pipeline_run_id}")
+    retention.pin(chosen.path, f"handoff {name} #{handoff.id} of pipeline run {pipeline_run_id}")  # for good
     print(f"[handoff {name}] #{handoff.id}: chose {plan.from_stage} step {chosen.step} by "
           f"{sel.criterion}: {reason}", flush=True)
     for line in carry_lines(plan.carry, plan.to_stage, new_params, _train_data(target)):
