@@ -42,12 +42,17 @@ def _plain_map(data: Path, model_dir: Path, processes: int | None, hf_cache: Pat
              load_from_cache_file=False, cache_file_name=str(out))
 
 
+def _data_overrides(data: Path, model_dir: Path, cache: Path) -> list[str]:
+    """The chat data, the model and the cache, as both the preparation and the stage see them
+    (the same overrides give the same cache key)."""
+    return [f"model.path={model_dir}", f"data.sft.train.path={data}", "data.sft.train.format=messages",
+            "data.sft.eval_fraction=0.01", "data.max_length=256", f"data.cache_dir={cache}"]
+
+
 def _config(data: Path, model_dir: Path, cache: Path, run_dir: Path, overrides: list[str]):
     from core.config import compose
 
-    return compose(["stage=sft", f"run.dir={run_dir}", f"model.path={model_dir}",
-                    f"data.sft.train.path={data}", "data.sft.train.format=messages",
-                    "data.sft.eval_fraction=0.01", "data.max_length=256", f"data.cache_dir={cache}",
+    return compose(["stage=sft", f"run.dir={run_dir}", *_data_overrides(data, model_dir, cache),
                     "mlflow.enabled=false", *overrides])
 
 
@@ -136,11 +141,8 @@ def loading(data: Path, model_dir: Path, work: Path, steps: int, overrides: list
     """A real SFT stage on the prepared data (the cache of the tokenize rounds): each step's
     data_seconds ÷ its seconds, leaving out the first step (start-up)."""
     run_dir = work / "stage"
-    cfg = _config(data, model_dir, work / "cache-0", run_dir, overrides)
-    data_overrides = [f"model.path={cfg.model.path}", f"data.sft.train.path={data}",
-                      "data.sft.train.format=messages", "data.sft.eval_fraction=0.01",
-                      "data.max_length=256", f"data.cache_dir={cfg.data.cache_dir}"]
-    command = [sys.executable, "-m", "baton.cli", "stage", "sft", f"run.dir={run_dir}", *data_overrides,
+    command = [sys.executable, "-m", "baton.cli", "stage", "sft", f"run.dir={run_dir}",
+               *_data_overrides(data, model_dir, work / "cache-0"),
                f"stage.max_steps={steps}", f"stage.eval_every={steps + 1}", f"stage.save_every={steps + 1}",
                "stage.seq_len=256", "mlflow.enabled=false", *overrides]
     done = subprocess.run(command, capture_output=True, text=True)
