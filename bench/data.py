@@ -3,9 +3,10 @@ baseline measured in the same run (docs/bench.md, "Your data").
 
 - **tokenize**: baton's preparation of a chat dataset (stages.data.prepare: JSON check,
   chat template, assistant-token labels, length check, held-out split, cache) against a
-  plain `datasets.map` of `apply_chat_template` with the same tokenizer, batch size and
-  processes, both from the same JSON lines file. Rounds alternate which goes first;
-  throughput ratio baton ÷ plain, min and median.
+  plain `datasets.load_dataset` + `datasets.map` of `apply_chat_template` with the same
+  tokenizer, batch size and processes, both from the same JSON lines file, each reading it
+  into a new Arrow cache of its own as a first run does. Rounds alternate which goes
+  first; throughput ratio baton ÷ plain, min and median.
 - **cache**: preparing the same data again (the cache is found and read) ÷ the first time.
 - **memory**: the memory a fresh process gains reading micro-batches the way a worker does
   (sampler order, stages.objective's collation) from a tokenized dataset of `--memory-gb`
@@ -58,19 +59,15 @@ def _config(data: Path, model_dir: Path, cache: Path, run_dir: Path, overrides: 
 
 def tokenize_rounds(data: Path, model_dir: Path, work: Path, rounds: int, overrides: list[str],
                     progress) -> dict:
-    import datasets
-
     from stages.data.prepare import PARALLEL_FROM_ROWS, prepare_data
 
     rows = sum(1 for _ in open(data))
     processes = min(os.cpu_count() or 1, 8) if rows >= PARALLEL_FROM_ROWS else None
-    hf_cache = work / "hf"
-    datasets.load_dataset("json", data_files=str(data), split="train", cache_dir=str(hf_cache))  # JSON -> Arrow once, for both
     plain, baton, cached = [], [], []
     for index in range(rounds):
         def time_plain() -> None:
             started = time.perf_counter()
-            _plain_map(data, model_dir, processes, hf_cache, work / f"plain-{index}.arrow")
+            _plain_map(data, model_dir, processes, work / f"hf-plain-{index}", work / f"plain-{index}.arrow")
             plain.append(time.perf_counter() - started)
 
         def time_baton() -> None:

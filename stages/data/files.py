@@ -149,12 +149,18 @@ def load(data: DataFiles, cache_dir: Path):
                                f"({data.path}/{next(iter(loaded))}) and the held-out one as eval.path"])
         return loaded
     files = [str(p) for p in data.files]
-    if data.kind == "json" and sum(_check_json(data.key, path) for path in data.files) == 0:
+    # A whole-file .json is checked first: datasets would read a top-level object of lists
+    # as columns. JSON lines are parsed by datasets (Arrow, in blocks), and checked line by
+    # line in Python only when it refuses them, to name the line at fault.
+    whole = [path for path in data.files if path.suffix == ".json"] if data.kind == "json" else []
+    if whole and sum(_check_json(data.key, path) for path in whole) == 0 and len(whole) == len(files):
         raise no_rows(data)
     try:
         return datasets.load_dataset(data.kind, data_files=files, split="train",
                                      cache_dir=str(cache_dir))
     except Exception as exc:  # Arrow's schema and parse errors: the file's content is at fault
+        if data.kind == "json" and sum(_check_json(data.key, path) for path in data.files) == 0:
+            raise no_rows(data) from None
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ConfigError([f"{data.key}={data.path!r}: datasets could not read the files "
                            f"({type(exc).__name__}: {first}); expected rows with the same "

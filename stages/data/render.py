@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from bisect import bisect_left
 
+from stages.data.chat_template import DirectTemplate
 from stages.data.formats import MESSAGES, PREFERENCE, PROMPT_COMPLETION, PROMPTS, ROLES, TEXT
 
 IGNORE = -100
@@ -29,6 +30,38 @@ def text_ids(tokenizer, text: str, *, bos: bool, eos: bool) -> list[int]:
     if eos and tokenizer.eos_token_id is not None and (not ids or ids[-1] != tokenizer.eos_token_id):
         ids.append(tokenizer.eos_token_id)
     return ids
+
+
+def _encoding_labels(encoding, ids: list[int], spans: list[tuple[int, int]], text: str) -> list[int]:
+    """`_labels`, asking the fast tokenizer's encoding for the few token offsets around each
+    span's ends instead of converting every token's offsets into Python first."""
+    labels = [IGNORE] * len(ids)
+    for lo, hi in spans:
+        first, end = _first_starting_from(encoding, lo, text), _first_starting_from(encoding, hi, text)
+        if first is None or end is None:
+            return _labels(ids, encoding.offsets, spans)
+        labels[first:end] = ids[first:end]
+    return labels
+
+
+def _first_starting_from(encoding, position: int, text: str) -> int | None:
+    """The first token whose start offset is at or after `position`: `bisect_left` over the
+    start offsets, which run left to right. Several tokens can share a start (the bytes of
+    one character split across tokens), hence the walks. None: no token covers it."""
+    count = len(encoding)
+    if position >= len(text):
+        return count
+    token = encoding.char_to_token(position)
+    if token is None:
+        return None
+    try:
+        while token > 0 and encoding.token_to_chars(token - 1)[0] >= position:
+            token -= 1
+        while token < count and encoding.token_to_chars(token)[0] < position:
+            token += 1
+    except TypeError:  # a token with no offsets (None)
+        return None
+    return token
 
 
 class RowProblem(Exception):
@@ -59,6 +92,7 @@ class Renderer:
         self.tok, self.fmt, self.columns = tokenizer, fmt, columns
         self.max_length, self.truncation, self.loss_on = max_length, truncation, loss_on
         self.eos = tokenizer.eos_token_id
+        self._direct = DirectTemplate(tokenizer) if fmt == MESSAGES and tokenizer.chat_template else None
 
     # -- one row ------------------------------------------------------------------------
     def row(self, row: dict) -> dict:
@@ -87,7 +121,7 @@ class Renderer:
 
     def _supervised_row(self, ids: list[int], labels: list[int]) -> dict:
         fitted = self._fit({"input_ids": ids, "labels": labels})
-        if all(label == IGNORE for label in fitted["labels"]):
+        if fitted["labels"].count(IGNORE) == len(fitted["labels"]):
             raise RowProblem(f"no token of the answer is left within data.max_length={self.max_length} "
                              f"({len(ids)} tokens, the prompt alone fills it); raise data.max_length, "
                              "or set data.truncation=left")
@@ -121,7 +155,7 @@ class Renderer:
             if isinstance(spans[n], RowProblem):
                 out[i] = spans[n]
                 continue
-            labels = list(ids) if self.loss_on == "all" else _labels(ids, encodings[n].offsets, spans[n])
+            labels = list(ids) if self.loss_on == "all" else _encoding_labels(encodings[n], ids, spans[n], texts[n])
             try:
                 out[i] = self._supervised_row(ids, labels)
             except RowProblem as problem:
@@ -162,6 +196,8 @@ class Renderer:
         if not conversations:
             return []
         try:
+            if self._direct is not None and self._direct.usable:
+                return self._direct.render_many(conversations, generation)
             return self.tok.apply_chat_template(conversations, tokenize=False,
                                                 add_generation_prompt=generation)
         except Exception as exc:

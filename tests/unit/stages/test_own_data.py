@@ -12,6 +12,7 @@ import pytest
 from core.config import compose
 from core.config.compose import quoted
 from core.errors import ConfigError
+from stages.data.chat_template import DirectTemplate
 from stages.data.examples import FileExamples
 from stages.data.prepare import load_tokenizer, prepare_data
 from stages.data.render import IGNORE, Renderer, RowProblem
@@ -60,13 +61,15 @@ def test_chat_loss_falls_on_the_assistant_turns_only(models, family):
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 @pytest.mark.parametrize("loss_on", ["completion", "all"])
 def test_a_batch_renders_and_fails_exactly_as_its_rows_one_by_one(models, family, loss_on):
-    """`Renderer.rows` (one batched render and encoding per datasets.map batch) gives
-    `row`'s output for every row, and the same problem for a bad one."""
+    """`Renderer.rows` (one batched render and encoding per datasets.map batch, the template
+    rendered directly, token offsets asked for around the spans only) gives `row`'s output
+    for every row, characters split across tokens included, and the same problem for a bad one."""
     renderer = _renderer(models[family], "messages", loss_on=loss_on, max_length=48)
     multi_turn = CHATS[2] + [{"role": "user", "content": "and twice that?"},
                              {"role": "assistant", "content": "28, twice 14"}]
     batch = [{"messages": m} for m in (
         *CHATS[:3], multi_turn,
+        [{"role": "user", "content": "é?"}, {"role": "assistant", "content": " 🎉é\n字 "}],
         [{"role": "user", "content": "no answer here"}],                      # no assistant turn
         "not a list",                                                         # malformed
         [{"role": "user", "content": "x " * 80}, {"role": "assistant", "content": "y"}],  # too long
@@ -81,6 +84,19 @@ def test_a_batch_renders_and_fails_exactly_as_its_rows_one_by_one(models, family
     got = [("problem", str(r)) if isinstance(r, RowProblem) else r for r in renderer.rows(batch)]
     assert got == expected
     assert sum(isinstance(r, tuple) for r in got) == (2 if loss_on == "all" else 3)
+
+
+def test_a_direct_render_that_differs_from_apply_chat_template_is_switched_off(models):
+    """The template rendered directly must give apply_chat_template's text; a difference
+    (here a template variable it would pass otherwise) sends everything back to it."""
+    tok = _tokenizer(models["llama"])
+    direct = DirectTemplate(tok)
+    assert direct.usable
+    assert direct.render_many(CHATS[:2], generation=True) == tok.apply_chat_template(
+        CHATS[:2], tokenize=False, add_generation_prompt=True)
+    direct._variables = {**direct._variables, "bos_token": "<not the bos>"}
+    assert direct.render_many(CHATS[:2], generation=False) == tok.apply_chat_template(CHATS[:2], tokenize=False)
+    assert not direct.usable
 
 
 def test_plain_prompt_completion_adds_bos_only_where_the_model_has_one(models):
