@@ -2,11 +2,12 @@
 
     python examples/own_data/make_data.py runs/own-data/data [--model runs/own-data/model]
 
-CPT: text rows as two JSON Lines shards (a glob) and a held-out file. SFT: chat
-`messages` in Parquet, and prompt/completion pairs in JSON with columns of your own
-names. RM: preference pairs as a `datasets.save_to_disk` directory (strings) and as chat
-message lists in JSON Lines. RL: prompts with a ground-truth `answer` and a `level`
-column your reward function receives in extra_info. `--model` also writes a tiny
+CPT: text rows as two JSON Lines shards (a glob) and a held-out file (JSON Lines and
+Parquet). SFT: chat `messages` in Parquet, and prompt/completion pairs in JSON with
+columns of your own names. RM: preference pairs as a `datasets.save_to_disk` directory
+(strings) and as chat message lists in JSON Lines. RL: prompts with a ground-truth
+`answer` and a `level` column your reward function receives in extra_info, and held-out
+prompts as chat message lists in JSON. `--model` also writes a tiny
 random Qwen2-style model (a BPE tokenizer, a ChatML template) to try it all offline.
 """
 from __future__ import annotations
@@ -42,7 +43,9 @@ def write_all(out: Path, rows: int = 120) -> dict[str, Path]:
     text = [{"text": f"{q} The answer is {a}."} for q, a in qa]
     _jsonl(out / "cpt" / "part-0.jsonl", text[::2])
     _jsonl(out / "cpt" / "part-1.jsonl", text[1::2])
-    _jsonl(out / "cpt" / "eval.jsonl", [{"text": f"{q} The answer is {a}."} for q, a in held])
+    held_text = [{"text": f"{q} The answer is {a}."} for q, a in held]
+    _jsonl(out / "cpt" / "eval.jsonl", held_text)
+    datasets.Dataset.from_list(held_text).to_parquet(str(out / "cpt" / "eval.parquet"))
     chats = [{"messages": [{"role": "system", "content": "Answer with the number."},
                            {"role": "user", "content": q}, {"role": "assistant", "content": str(a)}]}
              for q, a in qa]
@@ -57,10 +60,14 @@ def write_all(out: Path, rows: int = 120) -> dict[str, Path]:
         for q, a in qa])
     _jsonl(out / "rl" / "prompts.jsonl", [{"question": q, "answer": a, "level": len(q) % 3}
                                           for q, a in qa])
+    (out / "rl" / "eval.json").write_text(json.dumps([
+        {"question": [{"role": "system", "content": "Answer with the number."}, {"role": "user", "content": q}],
+         "answer": a, "level": len(q) % 3} for q, a in held]))
     return {"cpt": out / "cpt" / "part-*.jsonl", "cpt_eval": out / "cpt" / "eval.jsonl",
+            "cpt_eval_parquet": out / "cpt" / "eval.parquet",
             "sft_messages": out / "sft" / "chats.parquet", "sft_pairs": out / "sft" / "qa.json",
             "rm_saved": out / "rm" / "pairs", "rm_chats": out / "rm" / "chat_pairs.jsonl",
-            "rl": out / "rl" / "prompts.jsonl"}
+            "rl": out / "rl" / "prompts.jsonl", "rl_eval_chats": out / "rl" / "eval.json"}
 
 
 def main() -> None:
@@ -69,10 +76,10 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="also write a tiny Qwen2-style model here")
     args = parser.parse_args()
     for name, path in write_all(args.out).items():
-        print(f"{name:13s} {path}")
+        print(f"{name:16s} {path}")
     if args.model:
         from bench.tiny_hf_model import build_tiny_model
-        print(f"{'model':13s} {build_tiny_model(args.model, 'qwen2')}")
+        print(f"{'model':16s} {build_tiny_model(args.model, 'qwen2')}")
 
 
 if __name__ == "__main__":

@@ -51,3 +51,19 @@ def test_a_bad_file_is_refused_by_name(tmp_path):
     bad.write_text("data: {sft: {train: {paht: x.jsonl}}}\n")
     with pytest.raises(ConfigError, match="unknown config key 'data.sft.train.paht'"):
         compose(file_overrides(str(bad)))
+
+
+def test_the_own_data_example_composes_onto_what_make_data_writes(tmp_path, monkeypatch):
+    """examples/own_data/baton.yaml names exactly the files make_data.py writes (paths are
+    relative to where baton runs: here, a directory holding what make_data wrote)."""
+    from examples.own_data.make_data import write_all
+
+    written = write_all(tmp_path / "runs" / "own-data" / "data")
+    monkeypatch.chdir(tmp_path)
+    cfg = compose([*file_overrides(str(REPO / "examples" / "own_data" / "baton.yaml")), "model.path=null"])
+    for stage in ("cpt", "sft", "rm", "rl"):
+        section = getattr(cfg.data, stage)
+        assert section.train.path in {str(path) for path in written.values()}, (stage, section.train.path)
+    assert cfg.data.cpt.eval.path == str(written["cpt_eval"])
+    assert [Path(f.path) for f in cfg.rl.reward.functions] == [tmp_path / "examples" / "own_data" / "reward.py"] * 2
+    assert cfg.rl.reward.rm_weight == 0.5 and cfg.data.sft.train.format == "messages"

@@ -6,7 +6,6 @@ transformers with equal logits; bit-exact resume on file data; a changed dataset
 refused on resume; bad input refused before any worker starts."""
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -33,16 +32,18 @@ REWARDS = (f"rl.reward.functions=[{{path:'{REWARD}',name:compute_score,weight:1.
 
 
 def _data_overrides(family: str, paths: dict) -> list[str]:
-    """Every format across the two families: each family its own half of them."""
+    """Every format on each family (a glob of JSON Lines, JSON, Parquet, a save_to_disk
+    directory), each family in other stages; strings and chat message lists both."""
     if family == "llama":
         return [f"data.cpt.train.path={paths['cpt']}", f"data.cpt.eval.path={paths['cpt_eval']}",
                 f"data.sft.train.path={paths['sft_messages']}", "data.sft.train.format=messages",
                 f"data.rm.train.path={paths['rm_saved']}",
-                f"data.rl.train.path={paths['rl']}", "data.rl.train.keys.prompt=question", REWARDS]
-    return [f"data.cpt.train.path={paths['cpt']}",
+                f"data.rl.train.path={paths['rl']}", "data.rl.train.keys.prompt=question",
+                f"data.rl.eval.path={paths['rl_eval_chats']}", REWARDS]
+    return [f"data.cpt.train.path={paths['cpt']}", f"data.cpt.eval.path={paths['cpt_eval_parquet']}",
             f"data.sft.train.path={paths['sft_pairs']}", "data.sft.train.keys.prompt=question",
             "data.sft.train.keys.completion=response",
-            f"data.rm.train.path={paths['rm_chats']}",
+            f"data.rm.train.path={paths['rm_chats']}", f"data.rm.eval.path={paths['rm_saved']}",
             f"data.rl.train.path={paths['rl']}", "data.rl.train.keys.prompt=question", REWARDS]
 
 
@@ -79,6 +80,11 @@ def test_the_whole_pipeline_runs_on_your_model_data_and_reward(pipelines, family
     # model's: not the built-in checker's 0 or 1.
     assert any(rl[s]["reward"] not in (0.0, 1.0) for s in (1, 2))
     assert {"eval_reward", "eval_pass_at_1", "eval_pass_at_4"} <= set(rl[2])
+    # The RM stage's reward model scored every sample too, added at rl.reward.rm_weight=0.5.
+    from stages.rl_journal_view import show
+    scored = [row["reward"] for row in show(run_dir / "pipeline-0001", 1, None)["rows"]]
+    assert scored and all(r["rm"] is not None for r in scored) and any(r["rm"] != 0 for r in scored)
+    assert all(r["total"] == pytest.approx(r["checker"] + 0.5 * r["rm"]) for r in scored)
     handoffs = [json.loads(run_baton("lineage", "handoff", str(i), "--json", f"run.dir={run_dir}",
                                      check=True).stdout) for i in (1, 2, 3, 4)]
     into_rl = next(h for h in handoffs if (h["from_stage"], h["to_stage"]) == ("sft", "rl"))
@@ -105,6 +111,9 @@ def test_lineage_and_mlflow_record_every_dataset(pipelines, workload):
     assert cpt["eval"]["path"] == str(paths["cpt_eval"]) and cpt["eval"]["rows"] == 24
     rl = {d["role"]: d for d in by_stage["rl"]["datasets"]}
     assert rl["train"]["keys"] == {"prompt": "question", "answer": "answer"}
+    # Held-out prompts as chat message lists, in JSON: read, and recorded as read.
+    assert rl["eval"]["path"] == str(paths["rl_eval_chats"]) and rl["eval"]["rows"] == 24
+    assert rl["eval"]["format"] == "prompts"
     shown = run_baton("lineage", "show", f"run.dir={run_dir}", check=True).stdout
     assert f"train data {paths['rl']}  prompts" in shown
     client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
@@ -214,25 +223,44 @@ def test_resume_on_file_data_is_bit_exact_mid_epoch_and_across_the_epoch_boundar
     assert [a[s]["loss"] for s in range(K + 1, N + 1)] == [b[s]["loss"] for s in range(K + 1, N + 1)]
 
 
+def test_file_data_is_read_in_the_same_order_at_world_size_1_and_2(workload, tmp_path):
+    """The sampler's order does not depend on the world size, on file rows too: the first
+    step of each reads the same rows (the same token count, the same loss up to the
+    all-reduce's rounding) and ends at the same sample index."""
+    _, models, _ = workload
+    data = _corpus(tmp_path / "data")
+    runs = {ws: tmp_path / f"ws{ws}" for ws in (1, 2)}
+    for ws, run in runs.items():
+        _cpt(run, models["qwen2"], data, ws, "stage.max_steps=1", "stage.save_every=1")
+    first = {ws: metrics(run, "cpt")[1] for ws, run in runs.items()}
+    assert first[1]["tokens"] == first[2]["tokens"]
+    assert first[1]["loss"] == pytest.approx(first[2]["loss"], rel=1e-5)
+    positions = [json.loads((run / "cpt" / "checkpoints" / "step-000001" / "data.json").read_text())
+                 for run in runs.values()]
+    assert positions[0] == positions[1]
+
+
 def test_a_changed_dataset_is_refused_on_resume_by_name_unless_allowed(workload, tmp_path):
     _, models, _ = workload
     data = _corpus(tmp_path / "data")
     run = tmp_path / "run"
     _cpt(run, models["llama"], data, 1, "stage.max_steps=2", "stage.save_every=2")
     train = data / "train.jsonl"
-    before = f"sha256:{hashlib.sha256(train.read_bytes()).hexdigest()}"
+    saved = json.loads((run / "cpt" / "checkpoints" / "step-000002" / "meta.json").read_text())
+    before = saved["data_plan"]["train"]["digest"]
+    assert before == content_digest(resolve("data.cpt.train.path", str(train)))
     train.write_text(train.read_text() + json.dumps({"text": "one more row"}) + "\n")
-    after = f"sha256:{hashlib.sha256(train.read_bytes()).hexdigest()}"
+    after = content_digest(resolve("data.cpt.train.path", str(train)))
+    assert before != after
     refused = _cpt(run, models["llama"], data, 1, "resume=latest", check=False)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
-    assert f"train data {train} has content" in refused.stderr and "the checkpoint's had" in refused.stderr
+    assert f"train data {train} has content {after}, the checkpoint's had {before}" in refused.stderr.replace("\n", " ")
     assert "data.allow_changed=true" in refused.stderr
     assert not (run / "cpt" / "checkpoints" / f"step-{N:06d}").exists()
     allowed = _cpt(run, models["llama"], data, 1, "resume=latest", "data.allow_changed=true")
     assert allowed.returncode == 0
     meta = json.loads((run / "cpt" / "checkpoints" / f"step-{N:06d}" / "meta.json").read_text())
-    assert meta["data_plan"]["allowed_change"]["changes"][0].startswith(f"train data {train} has content")
-    assert before != after
+    assert meta["data_plan"]["allowed_change"]["changes"][0] == f"train data {train} has content {after}, the checkpoint's had {before}"
 
 
 # -- bad input, refused before any worker starts ----------------------------------------------

@@ -190,6 +190,23 @@ def test_the_cache_is_keyed_by_content(models, tmp_path, monkeypatch):
     assert changes(first, first) == [] and changes(None, None) == []
 
 
+def test_the_cache_key_covers_the_tokenizer_template_max_length_and_loss(models, tmp_path):
+    """The same file tokenized another way is another cache entry, never the old tokens."""
+    path = _write(tmp_path / "d", "jsonl", [{"messages": chat} for chat in CHATS])
+    template = tmp_path / "template.jinja"
+    template.write_text("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+                        "{% if add_generation_prompt %}[assistant] {% endif %}")
+    base = ("data.sft.train.format=messages", "data.sft.eval_fraction=0.2")
+
+    def cache(model="qwen2", *extra):
+        return prepare_data(_config(tmp_path, models[model], "sft", path, *base, *extra), models[model])["train"]["cache"]
+    first = cache()
+    assert cache() == first
+    others = [cache("llama"), cache("qwen2", f"model.chat_template={template}"),
+              cache("qwen2", "data.max_length=48"), cache("qwen2", "data.loss_on=all")]
+    assert len({first, *others}) == 5, others
+
+
 def test_preference_pairs_of_strings_and_of_messages(models, tmp_path):
     rows = [{"prompt": f"{i}+1=", "chosen": str(i + 1), "rejected": str(i + 2)} for i in range(10)]
     chats = [{"chosen": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["chosen"]}],
