@@ -67,3 +67,28 @@ def test_the_own_data_example_composes_onto_what_make_data_writes(tmp_path, monk
     assert cfg.data.cpt.eval.path == str(written["cpt_eval"])
     assert [Path(f.path) for f in cfg.rl.reward.functions] == [tmp_path / "examples" / "own_data" / "reward.py"] * 2
     assert cfg.rl.reward.rm_weight == 0.5 and cfg.data.sft.train.format == "messages"
+
+
+def test_baton_config_prints_the_resolved_data_section(tmp_path, monkeypatch, capsys):
+    """What `baton config` shows a user: their data and reward settings, paths made absolute,
+    roles they did not remap at their own names, the stages they left alone empty."""
+    import yaml
+
+    from baton.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    settings = tmp_path / "s.yaml"
+    settings.write_text("data: {sft: {train: {path: chats.jsonl, format: messages}, eval_fraction: 0.05}}\n")
+    code = main(["config", "--config", str(settings), "data.sft.train.keys.messages=conversation",
+                 "data.max_length=2048", "data.truncation=left",
+                 "rl.reward.functions=[{path:reward.py,name:score,weight:2}]", "rl.reward.rm_weight=0.5"])
+    assert code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    sft = printed["data"]["sft"]
+    assert sft["train"]["path"] == str(tmp_path / "chats.jsonl") and sft["train"]["format"] == "messages"
+    assert sft["train"]["keys"]["messages"] == "conversation" and sft["eval_fraction"] == 0.05
+    assert printed["data"]["max_length"] == 2048 and printed["data"]["truncation"] == "left"
+    assert printed["data"]["cpt"]["train"]["path"] is None  # built-in tasks for CPT
+    assert printed["rl"]["reward"]["functions"][0] == {
+        **printed["rl"]["reward"]["functions"][0], "path": str(tmp_path / "reward.py"), "name": "score", "weight": 2.0}
+    assert printed["rl"]["reward"]["rm_weight"] == 0.5 and printed["stage"]["reward_model_weight"] == 0.5

@@ -169,10 +169,11 @@ def test_every_file_format_gives_the_same_rows(models, tmp_path, kind):
     assert examples.lm_examples(TRAIN, some) == [examples.lm_example(TRAIN, i) for i in some]
 
 
-def test_the_cache_is_keyed_by_content(models, tmp_path, monkeypatch):
+def test_the_cache_is_keyed_by_content(models, tmp_path, monkeypatch, capfd):
     path = _write(tmp_path / "d", "jsonl", [{"text": f"line {i}"} for i in range(20)])
     cfg = _config(tmp_path, models["llama"], "cpt", path, "data.cpt.eval_fraction=0.2")
     first = prepare_data(cfg, models["llama"])
+    assert "tokenizing data.cpt" in capfd.readouterr().err  # the progress bar, named by its key
     import stages.data.prepare as prepare
 
     def no_second_tokenization(*_):
