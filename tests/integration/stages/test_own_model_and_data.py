@@ -118,6 +118,9 @@ def test_lineage_and_mlflow_record_every_dataset(pipelines, workload):
     assert f"train data {paths['rl']}  prompts" in shown
     client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
     run = client.get_run(by_stage["sft"]["mlflow_run_id"])
+    # MLflow's UI opens an experiment of this kind on its training runs (not GenAI traces).
+    kind = client.get_experiment(run.info.experiment_id).tags.get("mlflow.experimentKind")
+    assert kind == "custom_model_development"
     inputs = {[t.value for t in i.tags if t.key == "mlflow.data.context"][0]: i.dataset
               for i in run.inputs.dataset_inputs}
     assert set(inputs) == {"training", "eval"}
