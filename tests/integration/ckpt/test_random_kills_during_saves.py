@@ -131,9 +131,13 @@ def test_twenty_random_sigkills_during_saves_leave_latest_verifiable_and_resumab
               "stage.micro_batch=4", "parallel=single", "resume=latest", f"ckpt.saver={saver}"]
     root = tmp_path / "cpt" / "checkpoints"
     rng, period = random.Random(SEED), 0.2
-    in_write = in_retention = 0
+    in_write = in_retention = number = 0
     latest = None
-    for number in range(kills):
+    # `kills` rounds at least; then more, up to twice as many, while fewer than three kills
+    # have landed inside a save. With the saver process a kill reaches the saver through
+    # PR_SET_PDEATHSIG a moment later, often after a small save's commit: 1 of 10 landed in
+    # one fresh-clone run on an AMD EPYC VM.
+    while number < kills or (in_write + in_retention < 3 and number < 2 * kills):
         before = _leftovers(root)
         output = _one_round(tmp_path, number, common, rng, period)
         if latest is not None:
@@ -146,9 +150,10 @@ def test_twenty_random_sigkills_during_saves_leave_latest_verifiable_and_resumab
         in_retention += not writing and any(name.endswith(".deleting") for name, _ in new)
         latest = _latest_verifies(root)
         period = _step_period(tmp_path / "cpt" / "metrics.jsonl", period)
+        number += 1
     in_save = in_write + in_retention
     with capsys.disabled():  # the count belongs in the test log, pass or fail
-        print(f"\n{kills} SIGKILLs ({saver} saver): {in_save} landed during a save ({in_write} while writing: a "
+        print(f"\n{number} SIGKILLs ({saver} saver): {in_save} landed during a save ({in_write} while writing: a "
               f"step-N.tmp was left; {in_retention} in retention: a step-N.deleting was left); "
               f"latest {latest.name}")
     assert in_save >= 3, "too few kills landed during a save for this test to mean anything"
