@@ -17,6 +17,7 @@ import json
 import random
 from pathlib import Path
 
+SYSTEM = {"role": "system", "content": "Answer with the number."}
 WORDS = {"plus": lambda a, b: a + b, "minus": lambda a, b: a - b, "times": lambda a, b: a * b}
 
 
@@ -46,8 +47,7 @@ def write_all(out: Path, rows: int = 120) -> dict[str, Path]:
     held_text = [{"text": f"{q} The answer is {a}."} for q, a in held]
     _jsonl(out / "cpt" / "eval.jsonl", held_text)
     datasets.Dataset.from_list(held_text).to_parquet(str(out / "cpt" / "eval.parquet"))
-    chats = [{"messages": [{"role": "system", "content": "Answer with the number."},
-                           {"role": "user", "content": q}, {"role": "assistant", "content": str(a)}]}
+    chats = [{"messages": [SYSTEM, {"role": "user", "content": q}, {"role": "assistant", "content": str(a)}]}
              for q, a in qa]
     (out / "sft").mkdir(parents=True, exist_ok=True)
     datasets.Dataset.from_list(chats).to_parquet(str(out / "sft" / "chats.parquet"))
@@ -61,8 +61,8 @@ def write_all(out: Path, rows: int = 120) -> dict[str, Path]:
     _jsonl(out / "rl" / "prompts.jsonl", [{"question": q, "answer": a, "level": len(q) % 3}
                                           for q, a in qa])
     (out / "rl" / "eval.json").write_text(json.dumps([
-        {"question": [{"role": "system", "content": "Answer with the number."}, {"role": "user", "content": q}],
-         "answer": a, "level": len(q) % 3} for q, a in held]))
+        {"question": [SYSTEM, {"role": "user", "content": q}], "answer": a, "level": len(q) % 3}
+        for q, a in held]))
     return {"cpt": out / "cpt" / "part-*.jsonl", "cpt_eval": out / "cpt" / "eval.jsonl",
             "cpt_eval_parquet": out / "cpt" / "eval.parquet",
             "sft_messages": out / "sft" / "chats.parquet", "sft_pairs": out / "sft" / "qa.json",

@@ -89,6 +89,6 @@ def test_baton_config_prints_the_resolved_data_section(tmp_path, monkeypatch, ca
     assert sft["train"]["keys"]["messages"] == "conversation" and sft["eval_fraction"] == 0.05
     assert printed["data"]["max_length"] == 2048 and printed["data"]["truncation"] == "left"
     assert printed["data"]["cpt"]["train"]["path"] is None  # built-in tasks for CPT
-    assert printed["rl"]["reward"]["functions"][0] == {
-        **printed["rl"]["reward"]["functions"][0], "path": str(tmp_path / "reward.py"), "name": "score", "weight": 2.0}
+    function = printed["rl"]["reward"]["functions"][0]
+    assert (function["path"], function["name"], function["weight"]) == (str(tmp_path / "reward.py"), "score", 2.0)
     assert printed["rl"]["reward"]["rm_weight"] == 0.5 and printed["stage"]["reward_model_weight"] == 0.5

@@ -255,15 +255,16 @@ def test_a_changed_dataset_is_refused_on_resume_by_name_unless_allowed(workload,
     train.write_text(train.read_text() + json.dumps({"text": "one more row"}) + "\n")
     after = content_digest(resolve("data.cpt.train.path", str(train)))
     assert before != after
+    named = f"train data {train} has content {after}, the checkpoint's had {before}"
     refused = _cpt(run, models["llama"], data, 1, "resume=latest", check=False)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
-    assert f"train data {train} has content {after}, the checkpoint's had {before}" in refused.stderr.replace("\n", " ")
+    assert named in refused.stderr.replace("\n", " ")
     assert "data.allow_changed=true" in refused.stderr
     assert not (run / "cpt" / "checkpoints" / f"step-{N:06d}").exists()
     allowed = _cpt(run, models["llama"], data, 1, "resume=latest", "data.allow_changed=true")
     assert allowed.returncode == 0
     meta = json.loads((run / "cpt" / "checkpoints" / f"step-{N:06d}" / "meta.json").read_text())
-    assert meta["data_plan"]["allowed_change"]["changes"][0] == f"train data {train} has content {after}, the checkpoint's had {before}"
+    assert meta["data_plan"]["allowed_change"]["changes"][0] == named
 
 
 # -- bad input, refused before any worker starts ----------------------------------------------
