@@ -3,11 +3,12 @@
 torchrun's agent starts each worker as a fresh interpreter, and each one imports torch,
 DeepSpeed and transformers again (about 4 s of CPU apiece here) before it computes
 anything. On one node (`--standalone`) with no restarts there is nothing else the
-agent is needed for, so `stages.lifeline` hands such launches to this module: it does
+agent is needed for, so `stages.launch_agent` hands such launches to this module: it does
 what `stages.lean_start` does in each worker (DeepSpeed imported without mlflow, stores
-bound to the launch's address) once, imports the worker module, and forks the ranks
-from that image. The forked ranks are the same code, with the same variables torchrun
-would give them, and torchrun's failure contract is kept:
+bound to the launch's address) once, imports the worker module and the model families'
+modules (stages.warm_image), and forks the ranks from that image. The forked ranks are
+the same code, with the same variables torchrun would give them, and torchrun's failure
+contract is kept:
 
 - each rank runs in a session of its own (a terminal's Ctrl-C reaches the launcher,
   which stops the launch in order);
@@ -66,15 +67,10 @@ def run(nproc: int, command: list[str], arm_watchdog) -> None:
 
 
 def _prepare(module: str) -> None:
-    from core import loopback
-    from stages.lean_start import hidden
+    # Every rank's imports, its model family's included, land in the image once.
+    from stages import warm_image
 
-    with hidden("mlflow"):
-        import deepspeed  # noqa: F401  (as stages.lean_start: without its mlflow import)
-    address = loopback.wanted()
-    if address:
-        loopback.serve_stores_on(address)
-    __import__(module)  # its imports land in the image; each rank then runs it as __main__
+    warm_image.load((module,))
 
 
 def _shared_environment(nproc: int) -> dict[str, str]:

@@ -9,19 +9,17 @@ lock their owner no longer holds. Two mechanisms, in the agent and in every work
   parent exits. It is tied to the parent *thread* (in `baton run` the launcher is a
   Prefect task thread) and is missed when the parent died before the child set it
   (a worker spends seconds importing first), so it is not relied on alone;
-- a watchdog thread that polls, every POLL_SECONDS, each process of the chain above it
-  (passed down in BATON_LIFELINE as `pid:start-ticks`, so that a reused pid is not taken
-  for the launcher) and its own parent pid, and `os._exit`s when one of them is gone.
+- a watchdog thread that watches each process of the chain above it (passed down in
+  BATON_LIFELINE as `pid:start-ticks`, so that a reused pid is not taken for the
+  launcher) through pidfds, which wake it the moment one exits, and checks them and its
+  own parent pid at least every POLL_SECONDS; it `os._exit`s when one of them is gone.
 
 The launcher also writes a random nonce into launch.json and passes it down as
 BATON_LAUNCH_NONCE: a worker refuses a launch file that another launcher rewrote.
 
-`python -m stages.lifeline TORCHRUN-ARGS` takes torchrun's arguments, with both in place.
-Only a launch across nodes needs torchrun's agent (rendezvous with the other nodes'
-agents). On one node (`--standalone`) there is no one to meet and nothing to restart:
-one process gets torchrun's environment and the lifeline becomes it (exec); several are
-forked by `stages.fork_agent` from one import of their libraries. Each worker ties
-itself to the chain as any worker does.
+`python -m stages.launch_agent TORCHRUN-ARGS` (what `torchrun_command` returns) is the
+agent between a launcher and its workers, with both in place; each worker ties itself to
+the chain as any worker does.
 """
 from __future__ import annotations
 
@@ -29,6 +27,7 @@ import ctypes
 import json
 import os
 import secrets
+import select
 import signal
 import sys
 import threading
@@ -75,7 +74,7 @@ def torchrun_command(nproc: int, module: str, launch_file: Path,
     # stages.lean_start: the workers import DeepSpeed without its optional mlflow import.
     # -u: the workers' step records reach the launcher as they are printed (torchrun runs
     # its workers with -u; forked ones inherit the agent's streams).
-    return [sys.executable, "-u", "-m", "stages.lifeline", *rendezvous, "-m", "stages.lean_start",
+    return [sys.executable, "-u", "-m", "stages.launch_agent", *rendezvous, "-m", "stages.lean_start",
             module, str(launch_file)]
 
 
@@ -138,11 +137,30 @@ def _gone(chain: list[processes.ProcessIdentity], parent: int) -> str | None:
 
 
 def _watch(chain: list[processes.ProcessIdentity], parent: int) -> None:
+    exits = _exit_poller(chain)
     while True:
-        time.sleep(POLL_SECONDS)
+        if exits is None:
+            time.sleep(POLL_SECONDS)
+        else:
+            exits.poll(POLL_SECONDS * 1000)  # wakes at once when one of them exits
         reason = _gone(chain, parent)
         if reason:
             _exit(reason)
+
+
+def _exit_poller(chain: list[processes.ProcessIdentity]):
+    """A poll object that becomes readable when a process of the chain exits (pidfds), or
+    None where pidfds are missing. A pid reused since the chain was written is caught by
+    `_gone`, which runs after every wake."""
+    if not hasattr(os, "pidfd_open"):
+        return None
+    poller = select.poll()
+    for identity in chain:
+        try:
+            poller.register(os.pidfd_open(identity.pid), select.POLLIN)
+        except OSError:
+            pass  # already gone: `_gone` says so at once
+    return poller
 
 
 def _exit(reason: str) -> None:
@@ -150,57 +168,6 @@ def _exit(reason: str) -> None:
     os.write(2, f"[baton] pid {os.getpid()} exits: {reason}; no orphan may keep training "
                 f"or writing checkpoints\n".encode())
     os._exit(EXIT_CODE)
-
-
-def main(argv: list[str] | None = None) -> None:
-    from core import loopback
-
-    argv = sys.argv[1:] if argv is None else argv
-    address = listen_address(argv)
-    if address is not None:  # the workers inherit where to listen
-        os.environ.update(loopback.listen_environment(address))
-    if "--standalone" in argv and "--nproc-per-node=1" in argv:
-        become_the_only_worker(argv)  # does not return
-    if "--standalone" in argv:  # one node, no restarts: fork the ranks from one import
-        from stages import fork_agent
-        watch = join_chain()
-        fork_agent.run(_nproc(argv), argv[argv.index("-m") + 1:], watch or (lambda: None))
-    # Several nodes: torchrun's agent, which meets the other nodes' agents.
-    if address is not None:
-        loopback.serve_stores_on(address)
-        argv = [f"--local-addr={address}", *argv]  # the workers' MASTER_ADDR, not the FQDN
-    hold()
-    from torch.distributed.run import main as torchrun
-
-    torchrun(argv)
-
-
-def _nproc(argv: list[str]) -> int:
-    return int(next(arg.split("=", 1)[1] for arg in argv if arg.startswith("--nproc-per-node=")))
-
-
-def listen_address(argv: list[str]) -> str | None:
-    """Where every store and gloo socket of the launch listens: 127.0.0.1 on one node;
-    across nodes, this node's address on the route to the rendezvous endpoint (on the node
-    that hosts it, the endpoint's own address). None: torch's defaults (no IPv4 route)."""
-    from core import loopback
-
-    if "--standalone" in argv:
-        return loopback.LOOPBACK
-    endpoint = next((arg.split("=", 1)[1] for arg in argv if arg.startswith("--rdzv-endpoint=")),
-                    None)
-    return loopback.address_toward(endpoint.rsplit(":", 1)[0]) if endpoint else None
-
-
-def become_the_only_worker(argv: list[str]) -> None:
-    """Exec the one worker of a one-process launch with the variables torchrun would give
-    it. This process's pid, parent and lifeline chain stay the worker's, so the worker's
-    own `hold()` ties it to the launcher, and the launcher sees its exit status directly."""
-    command = argv[argv.index("-m") + 1:]
-    os.environ.update(single_worker_environment())
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, "-u", "-m", *command])
 
 
 def single_worker_environment() -> dict[str, str]:
@@ -215,6 +182,3 @@ def single_worker_environment() -> dict[str, str]:
     return {**one, **zero, "ROLE_NAME": "default", "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": secrets.token_hex(8)}
 
-
-if __name__ == "__main__":
-    main()

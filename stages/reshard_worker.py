@@ -1,6 +1,6 @@
 """Load a universal checkpoint under the target layout and save it as a baton checkpoint.
 
-One process per target rank: `python -m stages.lifeline --standalone --nproc-per-node=N
+One process per target rank: `python -m stages.launch_agent --standalone --nproc-per-node=N
 -m stages.lean_start stages.reshard_worker LAUNCH.json` (torchrun tied to its launcher,
 handoff.reshard).
 Builds the stage's model and engine exactly as `stages.worker` does, with DeepSpeed's

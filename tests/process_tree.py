@@ -17,16 +17,22 @@ from typing import Callable
 
 from core import processes
 from core.processes import ProcessIdentity
+from stages.fork_server import ENV as FORK_SERVER_ENV
 from tests.conftest import REPO
 
 
-def start_baton(log: Path, *args: str) -> subprocess.Popen:
+def start_baton(log: Path, *args: str, warm: bool = False) -> subprocess.Popen:
     """`baton ARGS` in the background, its output to `log` (a pipe nobody reads would
-    block it)."""
+    block it). Its launches start cold unless `warm`: a warm launch's workers are forked by
+    the fork server (stages.fork_server), outside the launcher's process tree, which is
+    where the tests that start baton in the background look for them."""
     handle = open(log, "w")
+    env = dict(os.environ)
+    if not warm:
+        env.pop(FORK_SERVER_ENV, None)
     try:
         return subprocess.Popen([sys.executable, "-m", "baton.cli", *args], cwd=REPO,
-                                stdout=handle, stderr=subprocess.STDOUT, text=True)
+                                stdout=handle, stderr=subprocess.STDOUT, text=True, env=env)
     finally:
         handle.close()
 

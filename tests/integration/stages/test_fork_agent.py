@@ -15,7 +15,7 @@ from tests.conftest import REPO
 def test_a_failing_rank_is_reported_and_the_others_are_stopped(tmp_path):
     error_file = tmp_path / "error.json"
     proc = subprocess.run(
-        [sys.executable, "-u", "-m", "stages.lifeline", "--standalone", "--nproc-per-node=2",
+        [sys.executable, "-u", "-m", "stages.launch_agent", "--standalone", "--nproc-per-node=2",
          "-m", "stages.lean_start", "tests.integration.stages.failing_rank", "ARG"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
         env={**os.environ, "TORCHELASTIC_ERROR_FILE": str(error_file),
