@@ -44,6 +44,7 @@ from stages.lifeline import ENV_CHAIN, ENV_NONCE, hold
 ENV = "BATON_FORK_SERVER"
 CONTROL = "control.sock"
 WARM_LOG = "warm.jsonl"
+FORKS_LOG = "forks.jsonl"  # written by the warm processes (stages.zygote)
 MAX_WARM = 3
 START_SECONDS = 180.0
 STOP_SECONDS = 10.0
@@ -52,14 +53,25 @@ VOLATILE = frozenset({
     ENV, ENV_CHAIN, ENV_NONCE, "TORCHELASTIC_ERROR_FILE", "PYTEST_CURRENT_TEST",
     # stages.rl_roles.cluster: where and as which attempt an RL trainer joins its roles.
     "BATON_RAY_ADDRESS", "BATON_RAY_NAMESPACE", "BATON_TRAINER_ATTEMPT", "BATON_TRAINER_DIED_AT",
+    "PYTHONBREAKPOINT",  # read by sys.breakpointhook at each call
 })
+# Ray's variables, which an RL launcher's process sets once it has started Ray: the warm
+# image does not import ray (stages.warm_image checks), so a worker reads them only when
+# it imports ray itself, from its own environment.
+VOLATILE_PREFIXES = ("RAY_",)
+# What the warm image sets in its own environment when it loads (`import deepspeed` sets
+# this one with setdefault): a launch from a process that has imported DeepSpeed too has it.
+IMPORT_DEFAULTS = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 LIMITS = ("RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_DATA", "RLIMIT_FSIZE", "RLIMIT_NOFILE",
           "RLIMIT_NPROC", "RLIMIT_STACK")
 
 
 def fingerprint(env: Mapping[str, str], cwd: str) -> dict:
     """What a warm process must share with a launch it takes."""
-    return {"environment": {k: v for k, v in sorted(env.items()) if k not in VOLATILE},
+    env = {**IMPORT_DEFAULTS, **env}
+    kept = {k: v for k, v in sorted(env.items())
+            if k not in VOLATILE and not k.startswith(VOLATILE_PREFIXES)}
+    return {"environment": kept,
             "executable": sys.executable, "cwd": cwd, "limits": _limits()}
 
 
@@ -83,8 +95,6 @@ class ForkServer:
 
     def forks(self) -> list[dict]:
         """One record per worker process a warm process forked (stages.zygote)."""
-        from stages.zygote import FORKS_LOG
-
         log = self.directory / FORKS_LOG
         return [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
 

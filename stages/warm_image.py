@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 
 WORKER_MODULES = ("stages.worker", "stages.reshard_worker")
 # The model families baton trains (docs/own_data.md); another family's modules are
@@ -44,6 +45,9 @@ def load(modules: tuple[str, ...] = WORKER_MODULES) -> None:
         except ImportError:  # an older or newer transformers without this family
             if not name.startswith("transformers."):
                 raise
+    if "ray" in sys.modules:  # its variables are not in a fork server's fingerprint
+        raise RuntimeError("the warm image imported ray; stages.fork_server.VOLATILE_PREFIXES "
+                           "leaves RAY_ variables out of the fingerprint on the ground that it does not")
 
 
 def thread_count() -> int:

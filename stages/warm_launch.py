@@ -104,6 +104,9 @@ def _follow(connection: socket.socket, pid: int) -> None:
 def _exit_as(code: int) -> None:
     if code >= 0:
         os._exit(code)
-    signal.signal(-code, signal.SIG_DFL)  # killed by a signal: so is this stand-in
+    try:  # killed by a signal: so is this stand-in (SIGKILL's handler cannot be set)
+        signal.signal(-code, signal.SIG_DFL)
+    except (OSError, ValueError):
+        pass
     os.kill(os.getpid(), -code)
     os._exit(128 - code)

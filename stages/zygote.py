@@ -32,10 +32,10 @@ from pathlib import Path
 
 from core import processes
 from stages import fork_wire, warm_image
+from stages.fork_server import FORKS_LOG, IMPORT_DEFAULTS
 from stages.lifeline import ENV_CHAIN, join_chain, single_worker_environment
 
 STREAMS = 3  # stdin, stdout, stderr
-FORKS_LOG = "forks.jsonl"
 
 
 @dataclass
@@ -162,6 +162,8 @@ def _run(launch: Launch, zygote: str) -> None:
     os.umask(launch.umask)
     os.environ.clear()
     os.environ.update(launch.env)
+    for name, value in IMPORT_DEFAULTS.items():  # as the worker's own imports would set them
+        os.environ.setdefault(name, value)
     # The launch's chain, with this zygote as the child's parent (stages.lifeline).
     os.environ[ENV_CHAIN] = ",".join(filter(None, (launch.env.get(ENV_CHAIN), zygote)))
     if launch.nproc == 1:

@@ -55,6 +55,27 @@ def descendants(pid: int) -> list[ProcessIdentity]:
     return found
 
 
+def launch_processes(pid: int, server) -> tuple[list[ProcessIdentity], list[ProcessIdentity]]:
+    """(every live process of `pid`'s launches, their workers): its process tree, plus the
+    workers the fork server `server` forked for it (outside that tree, stages.zygote) and
+    their own children."""
+    tree = descendants(pid)
+    ours = {pid} | {p.pid for p in tree}
+    workers = [p for p in tree if _is_cold_worker(command_line(p.pid))]
+    for record in server.forks():
+        chain = {int(token.split(":")[0]) for token in (record["chain"] or "").split(",") if token}
+        identity = processes.identity_of(record["pid"]) if chain & ours else None
+        if identity is not None:
+            workers.append(identity)
+            tree += [identity, *descendants(record["pid"])]
+    return tree, workers
+
+
+def _is_cold_worker(command: str) -> bool:
+    # The launch agent's command names the worker module too; a cold worker is exec'd.
+    return "stages.worker" in command and "stages.launch_agent" not in command
+
+
 def command_line(pid: int) -> str:
     try:
         return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()

@@ -2,9 +2,12 @@
 test makes, through `baton` subprocesses, Prefect workers or in this process, forks its
 workers from a warm process instead of importing torch, DeepSpeed and transformers
 again. The launches whose process tree a test inspects start cold (tests.process_tree).
+With BATON_FORK_SERVER_REPORT set to a directory, each test process writes there how many
+workers were forked and why each warm process was started (its fingerprint's change).
 """
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -17,6 +20,11 @@ def fork_server():
     server = server_module.start()
     os.environ.update(server.environment)
     yield server
+    report = os.environ.get("BATON_FORK_SERVER_REPORT")  # a directory: how warm the session ran
+    if report:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(os.path.join(report, f"fork-server-{worker}.json"), "w") as handle:
+            json.dump({"forks": len(server.forks()), "warm_starts": server.warm_starts()}, handle)
     for name in server.environment:
         os.environ.pop(name, None)
     server.stop()

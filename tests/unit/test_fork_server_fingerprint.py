@@ -23,3 +23,9 @@ def test_import_time_settings_and_the_directory_change_it():
     keys = {_key(BASE), _key({**BASE, "MKL_CBWR": "AVX2"}), _key({**BASE, "OMP_NUM_THREADS": "2"}),
             _key({**BASE, "SOME_NEW_VARIABLE": "x"}), _key(BASE, cwd="/elsewhere")}
     assert len(keys) == 5
+
+
+def test_what_the_warm_image_sets_itself_and_ray_variables_do_not_change_it():
+    after_deepspeed = {**BASE, **fork_server.IMPORT_DEFAULTS}
+    after_ray = {**BASE, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONBREAKPOINT": "0"}
+    assert _key(after_deepspeed) == _key(after_ray) == _key(BASE)

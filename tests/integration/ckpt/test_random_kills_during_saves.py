@@ -4,8 +4,9 @@ from it; at the end the run completes, no leftover of a killed save or deletion 
 and its final checkpoint is identical to that of a run never killed.
 
 Cost. Every kill ends the launch, whoever receives it (torchrun does not restart
-workers), so each round pays the start-up (~10 s of Python, torch and DeepSpeed
-imports) and killing the worker instead of the launcher saves nothing. The rounds
+workers), so each round pays the start-up; the workers are forked by the test session's
+fork server (stages.fork_server), which leaves the launcher's and the stage's own
+start-up, and the kills reach them as they reach a cold worker. The rounds
 therefore run one worker (`parallel=single`: the commit protocol is rank 0's alone) with
 one micro-batch per step, so that the run is mostly saving, and kill only once this
 round's training is under way. Half the rounds kill at a random moment within two step
@@ -13,9 +14,9 @@ periods after a step record (which a save follows at once, save_every=1) and its
 commit; the other half at the moment a save is seen in progress (a `step-N.tmp` or
 `step-N.deleting` in the checkpoint directory), so that kills land inside saves however
 a loaded machine stretches the steps against the saves. The rounds alternate between the
-two ways a real crash goes: the launcher SIGKILLed (the lifeline takes torchrun and the
-worker with it at once, freezing the save) and the worker SIGKILLed (torchrun and the
-launcher see it die and fail the stage).
+two ways a real crash goes: the launcher SIGKILLed (the lifeline takes the launch agent
+and the worker with it at once, freezing the save) and the worker SIGKILLed (the agent
+and the launcher see it die and fail the stage).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from ckpt import manifest as manifest_io
 from ckpt.cleanup import find_leftovers
 from ckpt.layout import committed_steps, read_latest, step_of
 from tests.conftest import run_baton
-from tests.process_tree import (command_line, descendants, kill_tree, metrics_lines, start_baton,
+from tests.process_tree import (kill_tree, launch_processes, metrics_lines, start_baton,
                                 wait_until)
 
 # About 20 x 13 s on an idle 2-core machine; far more when other work shares the cores.
@@ -87,14 +88,14 @@ def _kill_moment(root: Path, rng: random.Random, period: float, aimed: bool) -> 
 
 
 def _one_round(tmp_path: Path, number: int, common: list[str], rng: random.Random,
-               period: float) -> str:
+               period: float, server) -> str:
     """Launch, wait for this round's first step, SIGKILL at this round's moment (random in
     rounds 0, 4, 8, ..., at a save in progress in the others); return the
     launch's output."""
     metrics, log = tmp_path / "cpt" / "metrics.jsonl", tmp_path / f"round-{number:02d}.log"
     root = tmp_path / "cpt" / "checkpoints"
     before, newest = metrics_lines(metrics), _newest_step(root)
-    proc = start_baton(log, "stage", "cpt", *common)
+    proc = start_baton(log, "stage", "cpt", *common, warm=True)
     tree = []
     try:
         # Under way: a step recorded and its save committed (a saver process starts
@@ -105,8 +106,7 @@ def _one_round(tmp_path: Path, number: int, common: list[str], rng: random.Rando
         assert proc.poll() is None, f"round {number} ended unkilled:\n{log.read_text()}"
         # The launch's processes (its saver process included) all exist once a step is
         # recorded; listing them first keeps the kill right at the moment chosen.
-        tree = descendants(proc.pid)
-        workers = [p for p in tree if "stages.worker" in command_line(p.pid)]
+        tree, workers = launch_processes(proc.pid, server)
         target = proc.pid if number % 2 == 0 or not workers else workers[0].pid
         _kill_moment(root, rng, period, aimed=number % 4 != 0)
         os.kill(target, signal.SIGKILL)
@@ -120,7 +120,8 @@ def _one_round(tmp_path: Path, number: int, common: list[str], rng: random.Rando
 
 @pytest.mark.parametrize("saver,kills", [("thread", KILLS), ("process", KILLS // 2)])
 def test_twenty_random_sigkills_during_saves_leave_latest_verifiable_and_resumable(tmp_path, capsys,
-                                                                                   saver, kills):
+                                                                                   saver, kills,
+                                                                                   fork_server):
     """`saver`: where the saves are finished (ckpt.saver). With `process`, a kill of the
     worker or of the launcher takes the saver process with it (PR_SET_PDEATHSIG), which
     the check that every process of the killed launch died covers. The saver process,
@@ -139,7 +140,7 @@ def test_twenty_random_sigkills_during_saves_leave_latest_verifiable_and_resumab
     # one fresh-clone run on an AMD EPYC VM.
     while number < kills or (in_write + in_retention < 3 and number < 2 * kills):
         before = _leftovers(root)
-        output = _one_round(tmp_path, number, common, rng, period)
+        output = _one_round(tmp_path, number, common, rng, period, fork_server)
         if latest is not None:
             assert f"resumed from {latest}" in output, output
         if number > 0 and number % 2 == 1:  # the previous round killed the launcher
