@@ -6,8 +6,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 # Test modules run on JOBS pytest-xdist workers, a whole module per worker (module
-# fixtures stay single); JOBS=0 runs them in this process.
-JOBS ?= 2
+# fixtures stay single); JOBS=0 runs them in this process. Three on two cores: with the
+# workers forked warm (stages.fork_server) a third of the suite's time is waiting (Ray,
+# Prefect, servers starting), which a third worker fills.
+JOBS ?= 3
 
 .PHONY: install native-deps run test clean
 

@@ -93,10 +93,12 @@ def test_a_node_killed_mid_run_resumes_from_the_peer_tier(straight, tmp_path):
     try:
         nodes = _start_nodes(tmp_path, run_dir, "first", *tiers)
         logs = [tmp_path / f"first-node{k}.log" for k in (0, 1)]
+        wait_until(lambda: _saved(logs, nodes, "step-000001"), timeout=300,
+                   what="the save of step 1")
+        _listen_only_at_the_endpoint(nodes)  # while both train, not between step 3 and the kill
         # The peer copy of step 3 is sent before its save is reported committed.
-        wait_until(lambda: _saved(logs, nodes, "step-000003"), timeout=300,
+        wait_until(lambda: _saved(logs, nodes, "step-000003"), timeout=300, interval=0.01,
                    what="the save of step 3")
-        _listen_only_at_the_endpoint(nodes)
         kill_tree(nodes[1])  # node 1's launcher, torchrun and worker: the node is lost
         assert nodes[0].wait(timeout=180) != 0  # its peer is gone: node 0's launch fails
         survivor = logs[0].read_text()
