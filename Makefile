@@ -6,10 +6,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 # Test modules run on JOBS pytest-xdist workers, a whole module per worker (module
-# fixtures stay single); JOBS=0 runs them in this process. Three on two cores: with the
-# workers forked warm (stages.fork_server) a third of the suite's time is waiting (Ray,
-# Prefect, servers starting), which a third worker fills.
-JOBS ?= 3
+# fixtures stay single); JOBS=0 runs them in this process. Two on two cores: three were
+# slower (a fresh-clone run on an AMD EPYC VM, 2 cores: 37:20 against 31:30 with two).
+JOBS ?= 2
 
 .PHONY: install native-deps run test clean
 
