@@ -95,17 +95,19 @@ class ForkServer:
 
     def forks(self) -> list[dict]:
         """One record per worker process a warm process forked (stages.zygote)."""
-        log = self.directory / FORKS_LOG
-        return [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+        return _records(self.directory / FORKS_LOG)
 
     def warm_starts(self) -> list[dict]:
         """One record per warm process started (see `_record_start`)."""
-        log = self.directory / WARM_LOG
-        return [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+        return _records(self.directory / WARM_LOG)
 
     def stop(self) -> None:
         _stop(self.process)
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _records(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
 
 
 def start() -> ForkServer:

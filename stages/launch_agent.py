@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.update(loopback.listen_environment(address))
     if "--standalone" in argv:  # a warm process forks the workers (stages.fork_server)
         from stages import warm_launch
-        warm_launch.run(argv)  # returns when the launch must start cold
+        warm_launch.run(argv, _nproc(argv))  # returns when the launch must start cold
     if "--standalone" in argv and "--nproc-per-node=1" in argv:
         become_the_only_worker(argv)  # does not return
     if "--standalone" in argv:  # one node, no restarts: fork the ranks from one import

@@ -30,7 +30,7 @@ from stages.lifeline import ENV_CHAIN, EXIT_CODE, hold
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def run(argv: list[str]) -> None:
+def run(argv: list[str], nproc: int) -> None:
     """`argv`: stages.launch_agent's (`--standalone --nproc-per-node=N -m stages.lean_start
     MODULE ARGS`). Returns only when the launch must start cold."""
     control = os.environ.get(fork_server.ENV)
@@ -41,7 +41,7 @@ def run(argv: list[str]) -> None:
     env[ENV_CHAIN] = ",".join(filter(None, (env.get(ENV_CHAIN), processes.current().token())))
     umask = os.umask(0)
     os.umask(umask)
-    request = {"command": command, "nproc": _nproc(argv), "cwd": os.getcwd(), "umask": umask,
+    request = {"command": command, "nproc": nproc, "cwd": os.getcwd(), "umask": umask,
                "env": env}
     try:
         warm = _ask(control, {"fingerprint": fork_server.fingerprint(env, os.getcwd())})
@@ -56,10 +56,6 @@ def run(argv: list[str]) -> None:
     if not reply or "pid" not in reply:
         return _cold((reply or {}).get("refused", "the warm process closed the connection"))
     _follow(connection, reply["pid"])
-
-
-def _nproc(argv: list[str]) -> int:
-    return int(next(arg.split("=", 1)[1] for arg in argv if arg.startswith("--nproc-per-node=")))
 
 
 def _ask(control: str, request: dict) -> dict:
