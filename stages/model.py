@@ -38,23 +38,36 @@ def ensure_model_dir(cfg: BatonConfig) -> Path:
 
 
 def _create_builtin_pinned(cfg: BatonConfig, directory: Path) -> None:
-    """The random initialisation runs ATen kernels, so it runs under `repro.mode`: in this
-    process when it is pinned to that mode (a `baton` command pins itself first), else in a
-    child process that is. Never by re-pinning this one: its environment would leak into
+    """The random initialisation runs ATen kernels, so it runs under `repro.mode`: by a
+    warm process of the fork server where there is one (stages.fork_server: torch and
+    transformers are imported there already, ~4 s of CPU a process spares); else in this
+    process when it is pinned to that mode (a `baton` command pins itself first); else in
+    a child process that is. Never by re-pinning this one: its environment would leak into
     every process it starts later."""
-    from core.repro import apply_in_process, runs_pinned
+    import os
 
-    if runs_pinned(cfg.repro):
+    from core.repro import apply_in_process, runs_pinned
+    from stages.fork_server import ENV as FORK_SERVER
+
+    warm = bool(os.environ.get(FORK_SERVER))
+    if not warm and runs_pinned(cfg.repro):  # runs_pinned imports torch: asked only here
         apply_in_process(cfg.repro)  # threads and deterministic kernels (a repeat is harmless)
         create_builtin(cfg.model, cfg.seed, directory)
         return
     import subprocess
     import sys
 
+    from core import processes
+    from stages.lifeline import ENV_CHAIN
     from stages.worker_env import worker_env
-    subprocess.run([sys.executable, "-m", "stages.builtin_model", str(directory),
-                    json.dumps(asdict(cfg.model)), str(cfg.seed), json.dumps(asdict(cfg.repro))],
-                   env=worker_env(cfg.repro), check=True, capture_output=True)
+    command = ["stages.builtin_model", str(directory), json.dumps(asdict(cfg.model)),
+               str(cfg.seed), json.dumps(asdict(cfg.repro))]
+    if warm:  # as a one-process launch; the launch agent starts it cold if no warm process can
+        command = ["stages.launch_agent", "--standalone", "--nproc-per-node=1",
+                   "-m", "stages.lean_start", *command]
+    # The chain (stages.lifeline): a warm maker dies with this process, as workers do.
+    env = {**worker_env(cfg.repro), ENV_CHAIN: processes.current().token()}
+    subprocess.run([sys.executable, "-m", *command], env=env, check=True, capture_output=True)
 
 
 def create_builtin(spec: ModelConfig, seed: int, directory: Path) -> None:

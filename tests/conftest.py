@@ -12,10 +12,21 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+# For `env=`: a run on Prefect's temporary API under its run dir, as `baton run` starts
+# without a server, not on the test process's server (tests.integration.prefect_api).
+EPHEMERAL_PREFECT = {"PREFECT_API_URL": None, "PREFECT_HOME": None}
+
+
+def environment(changes: dict | None = None) -> dict:
+    """This process's environment with `changes`; a None value unsets the variable."""
+    merged = {**os.environ, **(changes or {})}
+    return {name: value for name, value in merged.items() if value is not None}
+
+
 def run_baton(*args: str, check: bool = False, timeout: int = 600, env: dict | None = None,
               **popen) -> subprocess.CompletedProcess:
-    """`python -m baton.cli ARGS` with captured output (text)."""
-    full_env = {**os.environ, **(env or {})}
+    """`python -m baton.cli ARGS` with captured output (text); `env`: see `environment`."""
+    full_env = environment(env)
     proc = subprocess.run([sys.executable, "-m", "baton.cli", *args], cwd=REPO, text=True,
                           capture_output=True, timeout=timeout, env=full_env, **popen)
     if check and proc.returncode != 0:

@@ -18,16 +18,18 @@ from typing import Callable
 from core import processes
 from core.processes import ProcessIdentity
 from stages.fork_server import ENV as FORK_SERVER_ENV
-from tests.conftest import REPO
+from tests.conftest import REPO, environment
 
 
-def start_baton(log: Path, *args: str, warm: bool = False) -> subprocess.Popen:
+def start_baton(log: Path, *args: str, warm: bool = False,
+                env: dict | None = None) -> subprocess.Popen:
     """`baton ARGS` in the background, its output to `log` (a pipe nobody reads would
     block it). Its launches start cold unless `warm`: a warm launch's workers are forked by
     the fork server (stages.fork_server), outside the launcher's process tree, which is
-    where the tests that start baton in the background look for them."""
+    where the tests that start baton in the background look for them. `env`: changes, as
+    tests.conftest.environment takes them."""
     handle = open(log, "w")
-    env = dict(os.environ)
+    env = environment(env)
     if not warm:
         env.pop(FORK_SERVER_ENV, None)
     try:

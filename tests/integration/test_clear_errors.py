@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import metrics, run_baton
+from tests.conftest import EPHEMERAL_PREFECT, metrics, run_baton
 
 TRACEBACK = "Traceback"
 DISK = "64m"
@@ -178,7 +178,8 @@ def test_micro_batch_zero_is_a_config_error_not_a_division_by_zero(tmp_path):
 
 @pytest.mark.parametrize("command", [["run"], ["lineage", "show"], ["db", "current"]])
 def test_a_store_url_that_is_not_a_url_is_refused_by_every_command(tmp_path, command):
-    proc = run_baton(*command, f"run.dir={tmp_path}", "store.url=notaurl", timeout=120)
+    proc = run_baton(*command, f"run.dir={tmp_path}", "store.url=notaurl", timeout=120,
+                     env=EPHEMERAL_PREFECT)
     _refused(proc, "store.url='notaurl': not a database URL",
              "postgresql+psycopg://user@127.0.0.1:5432/baton")
     assert not (tmp_path / ".prefect").exists(), "refused before Prefect started"

@@ -52,7 +52,7 @@ def secret_run(tmp_path_factory, database):
     run_dir = tmp_path_factory.mktemp("secret-run")
     store = f"store.url={_url(database, PASSWORD)}"
     # Prefect's ephemeral database under the run dir, whatever the caller's environment.
-    env = {"PREFECT_HOME": str(run_dir / ".prefect")}
+    env = {"PREFECT_HOME": str(run_dir / ".prefect"), "PREFECT_API_URL": None}
     proc = run_baton("run", "--stages", "cpt,sft", f"run.dir={run_dir}", store, *TINY,
                      env=env, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.conftest import run_baton
+from tests.conftest import EPHEMERAL_PREFECT, run_baton
 from tests.process_tree import command_line, descendants, kill_tree, start_baton, wait_until
 
 pytestmark = pytest.mark.slow
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 def test_sigkill_of_baton_run_stops_every_process_it_started_and_marks_its_runs_crashed(tmp_path):
     launcher = start_baton(tmp_path / "run.log", "run", "--stages", "cpt", f"run.dir={tmp_path}",
-                           "stage.max_steps=40", "stage.save_every=1")
+                           "stage.max_steps=40", "stage.save_every=1", env=EPHEMERAL_PREFECT)
     tree = []
     try:
         metrics = tmp_path / "pipeline-0001" / "cpt" / "metrics.jsonl"

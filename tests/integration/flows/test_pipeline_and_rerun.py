@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ckpt.content_digest import content_digest_of
-from tests.conftest import run_baton
+from tests.conftest import EPHEMERAL_PREFECT, run_baton
 from tests.integration.repro.machines import AVX2_MACHINE
 
 pytestmark = pytest.mark.slow
@@ -28,7 +28,9 @@ SMALL = ["stage.max_steps=4", "stage.save_every=2", "stage.eval_every=2",
 @pytest.fixture(scope="module")
 def pipeline_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("pipeline")
-    proc = run_baton("run", f"run.dir={run_dir}", *SMALL, timeout=1500)
+    # As a user's `baton run` without a Prefect server: on Prefect's temporary API. The
+    # second pipeline and the re-runs use the test process's server (tests.integration.prefect_api).
+    proc = run_baton("run", f"run.dir={run_dir}", *SMALL, timeout=1500, env=EPHEMERAL_PREFECT)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
     return run_dir, proc.stdout
 

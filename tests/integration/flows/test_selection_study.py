@@ -37,8 +37,9 @@ def study(tmp_path_factory, ray_address):
     run_dir = tmp_path_factory.mktemp("study")
     run_baton("run", f"run.dir={run_dir}", "--stages", "cpt,sft", *PIPELINE, check=True, timeout=900)
     # The candidates' RL runs share the module's Ray instance (one start instead of three).
+    # No warm spare: nothing here fails over, and it is one more process importing torch.
     proc = run_baton("study", "selection", f"run.dir={run_dir}", *PIPELINE, f"rl.ray.address={ray_address}",
-                     f"study.steps=[{','.join(map(str, STEPS))}]", "study.rl_steps=2",
+                     "rl.rollout.spares=0", f"study.steps=[{','.join(map(str, STEPS))}]", "study.rl_steps=2",
                      "study.bootstrap=200", timeout=1200)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
     return run_dir, proc.stdout + proc.stderr
@@ -137,7 +138,7 @@ def test_criterion_study_picks_by_the_winning_diagnostic_and_records_the_study(s
     proc = run_baton("run", f"run.dir={run_dir}", "--stages", "sft,rl", *CPT_SFT,
                      "selection@pipeline.handoffs.sft_rl.selection=study",
                      f"+pipeline.overrides.rl=['stage.max_steps=1',{TINY_RL}]",
-                     f"rl.ray.address={ray_address}", timeout=900)
+                     f"rl.ray.address={ray_address}", "rl.rollout.spares=0", timeout=900)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
     with _store(run_dir) as store:
         handoff = [h for p in store.pipeline_runs() for h in store.handoffs(p.id)

@@ -22,7 +22,10 @@ from tests.conftest import run_baton
 N, K, FAULT_STEP = 6, 3, 4  # steps, save_every, the 0-based step faults fire at
 RL = [f"stage.max_steps={N}", f"stage.save_every={K}", "stage.global_batch=4", "stage.micro_batch=2",
       "stage.group_size=4", f"stage.eval_every={N}", "stage.eval_samples=4", "stage.eval_at_start=false",
-      "stage.kl_target=0.01", "stage.reward_model_weight=0.5"]
+      "stage.kl_target=0.01", "stage.reward_model_weight=0.5",
+      # No warm spare (one process importing torch and a model less per run) but where a
+      # case tests it: the final policy must not depend on whether there is one.
+      "rl.rollout.spares=0"]
 
 
 def _ckpt(run_dir, stage, step):
@@ -95,7 +98,7 @@ def test_an_uninterrupted_run_journals_every_step_and_learns_from_nonzero_advant
 
 FAULTS = {
     "two_rollout_actors": ["rl.rollout.actors=2"],
-    "rollout_actor_killed": [f"rl.faults.kill_rollout_actor_at_step={FAULT_STEP}"],
+    "rollout_actor_killed": ["rl.rollout.spares=1", f"rl.faults.kill_rollout_actor_at_step={FAULT_STEP}"],
     "rollout_actor_killed_no_spare": ["rl.rollout.spares=0",
                                       f"rl.faults.kill_rollout_actor_at_step={FAULT_STEP}"],
     "reward_actor_killed": [f"rl.faults.kill_reward_actor_at_step={FAULT_STEP}"],

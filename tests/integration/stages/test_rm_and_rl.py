@@ -61,7 +61,7 @@ def _rl(run_dir, sft, rm, ray_address, *extra):
     # briefly trained policy never hits an exact answer.
     return run_baton("stage", "rl", f"run.dir={run_dir}", f"stage.init_from={sft}", f"rl.ray.address={ray_address}",
                      "stage.reward_model_weight=0.5", f"stage.reward_model_from={rm}",
-                     "stage.kl_target=0.01", *RL_LAYOUT, *extra, check=True)
+                     "stage.kl_target=0.01", "rl.rollout.spares=0", *RL_LAYOUT, *extra, check=True)
 
 
 @pytest.mark.slow
