@@ -59,9 +59,27 @@ VOLATILE = frozenset({
 # image does not import ray (stages.warm_image checks), so a worker reads them only when
 # it imports ray itself, from its own environment.
 VOLATILE_PREFIXES = ("RAY_",)
-# What the warm image sets in its own environment when it loads (`import deepspeed` sets
-# this one with setdefault): a launch from a process that has imported DeepSpeed too has it.
-IMPORT_DEFAULTS = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+
+
+def _inductor_cache_dir() -> str:
+    """The directory torch's inductor sets TORCHINDUCTOR_CACHE_DIR to, with setdefault,
+    the first time it looks for its cache (torch._inductor.runtime.cache_dir_utils): an RL
+    launcher's process has; a process that never looked has not, and means the same."""
+    import getpass
+    import re
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        user = f"uid_{os.getuid()}"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+
+
+# What a launch's environment means where it lacks a variable that libraries set with
+# setdefault when they load or first look (`import deepspeed` sets the first): a launch from
+# a process that did that has them, one from a process that did not means the same values.
+IMPORT_DEFAULTS = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1",
+                   "TORCHINDUCTOR_CACHE_DIR": _inductor_cache_dir()}
 LIMITS = ("RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_DATA", "RLIMIT_FSIZE", "RLIMIT_NOFILE",
           "RLIMIT_NPROC", "RLIMIT_STACK")
 

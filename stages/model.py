@@ -38,24 +38,25 @@ def ensure_model_dir(cfg: BatonConfig) -> Path:
 
 
 def _create_builtin_pinned(cfg: BatonConfig, directory: Path) -> None:
-    """The random initialisation runs ATen kernels, so it runs under `repro.mode`: by a
-    warm process of the fork server where there is one (stages.fork_server: torch and
-    transformers are imported there already, ~4 s of CPU a process spares); else in this
-    process when it is pinned to that mode (a `baton` command pins itself first); else in
-    a child process that is. Never by re-pinning this one: its environment would leak into
-    every process it starts later."""
+    """The random initialisation runs ATen kernels, so it runs under `repro.mode`: in this
+    process when it is pinned to that mode (a `baton` command pins itself first) and has
+    its libraries loaded (a worker); else by a warm process of the fork server where there
+    is one (stages.fork_server: torch and transformers are loaded there, ~4 s of CPU
+    spared); else here when pinned; else in a child process that is. Never by re-pinning
+    this one: its environment would leak into every process it starts later."""
     import os
+    import sys
 
     from core.repro import apply_in_process, runs_pinned
     from stages.fork_server import ENV as FORK_SERVER
 
-    warm = bool(os.environ.get(FORK_SERVER))
-    if not warm and runs_pinned(cfg.repro):  # runs_pinned imports torch: asked only here
+    loaded = "transformers" in sys.modules  # then runs_pinned's import of torch is free too
+    warm = bool(os.environ.get(FORK_SERVER)) and not (loaded and runs_pinned(cfg.repro))
+    if not warm and runs_pinned(cfg.repro):
         apply_in_process(cfg.repro)  # threads and deterministic kernels (a repeat is harmless)
         create_builtin(cfg.model, cfg.seed, directory)
         return
     import subprocess
-    import sys
 
     from core import processes
     from stages.lifeline import ENV_CHAIN
