@@ -54,11 +54,17 @@ VOLATILE = frozenset({
     # stages.rl_roles.cluster: where and as which attempt an RL trainer joins its roles.
     "BATON_RAY_ADDRESS", "BATON_RAY_NAMESPACE", "BATON_TRAINER_ATTEMPT", "BATON_TRAINER_DIED_AT",
     "PYTHONBREAKPOINT",  # read by sys.breakpointhook at each call
+    # torch.distributed's rendezvous, read when a process group starts (after the fork; a
+    # launch from a process that joined one, such as a flow's handoff, has them set).
+    "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+    "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_NAME",
+    "ROLE_RANK", "ROLE_WORLD_SIZE",
 })
-# Ray's variables, which an RL launcher's process sets once it has started Ray: the warm
-# image does not import ray (stages.warm_image checks), so a worker reads them only when
-# it imports ray itself, from its own environment.
-VOLATILE_PREFIXES = ("RAY_",)
+# Ray's variables, which an RL launcher's process sets once it has started Ray, and
+# Prefect's, which a flow's process sets: the warm image imports neither (stages.warm_image
+# checks), so a worker reads them only when it imports one itself, from its own environment.
+# torchrun's TORCHELASTIC_ ones are read by its agent and at a process group's start.
+VOLATILE_PREFIXES = ("RAY_", "PREFECT_", "TORCHELASTIC_")
 
 
 def _inductor_cache_dir() -> str:

@@ -45,9 +45,11 @@ def load(modules: tuple[str, ...] = WORKER_MODULES) -> None:
         except ImportError:  # an older or newer transformers without this family
             if not name.startswith("transformers."):
                 raise
-    if "ray" in sys.modules:  # its variables are not in a fork server's fingerprint
-        raise RuntimeError("the warm image imported ray; stages.fork_server.VOLATILE_PREFIXES "
-                           "leaves RAY_ variables out of the fingerprint on the ground that it does not")
+    for library in ("ray", "prefect"):  # their variables are not in a fork server's fingerprint
+        if library in sys.modules:
+            raise RuntimeError(f"the warm image imported {library}; stages.fork_server."
+                               "VOLATILE_PREFIXES leaves its variables out of the fingerprint "
+                               "on the ground that it does not")
 
 
 def thread_count() -> int:
