@@ -50,9 +50,10 @@ def _create_builtin_pinned(cfg: BatonConfig, directory: Path) -> None:
     from core.repro import apply_in_process, runs_pinned
     from stages.fork_server import ENV as FORK_SERVER
 
-    loaded = "transformers" in sys.modules  # then runs_pinned's import of torch is free too
-    warm = bool(os.environ.get(FORK_SERVER)) and not (loaded and runs_pinned(cfg.repro))
-    if not warm and runs_pinned(cfg.repro):
+    warm = bool(os.environ.get(FORK_SERVER))
+    # runs_pinned imports torch: asked where transformers (torch with it) is loaded already,
+    # or where there is no warm process to ask instead.
+    if ("transformers" in sys.modules or not warm) and runs_pinned(cfg.repro):
         apply_in_process(cfg.repro)  # threads and deterministic kernels (a repeat is harmless)
         create_builtin(cfg.model, cfg.seed, directory)
         return

@@ -33,7 +33,7 @@ class PrefectApi:
 
         home.mkdir(parents=True, exist_ok=True)
         seed_database(home)  # migrated once by `make install`
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/api"
         package = Path(importlib.util.find_spec("prefect").submodule_search_locations[0])
         env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_UI_ENABLED": "0",
@@ -49,19 +49,7 @@ class PrefectApi:
         self.guardian.cover(self.process.pid)
 
     def wait_healthy(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the Prefect API server exited ({self.process.returncode}); "
-                                   f"see {self.log.name}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=5) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.1)  # nothing to wait on but the socket: poll it
-        raise RuntimeError(f"the Prefect API server at {self.url} was not healthy after "
-                           f"{START_TIMEOUT_S} s; see {self.log.name}")
+        wait_healthy(self.url, self.process, self.log.name)
 
     def stop(self) -> None:
         self.process.terminate()
@@ -73,7 +61,24 @@ class PrefectApi:
         self.log.close()
 
 
-def _free_port() -> int:
+def wait_healthy(url: str, process: subprocess.Popen, log: str,
+                 seconds: float = START_TIMEOUT_S) -> None:
+    """Until the API server `process` at `url` answers its health check."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the Prefect API server exited ({process.returncode}); see {log}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)  # nothing to wait on but the socket: poll it
+    raise RuntimeError(f"the Prefect API server at {url} was not healthy after {seconds} s; "
+                       f"see {log}")
+
+
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]

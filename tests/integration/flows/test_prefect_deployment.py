@@ -6,38 +6,18 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
+from tests.integration.prefect_api import free_port, wait_healthy
 
 pytestmark = pytest.mark.slow
 PREFECT = str(Path(sys.executable).with_name("prefect"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(url: str, server: subprocess.Popen, seconds: int = 180) -> None:
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        assert server.poll() is None, "prefect server exited during start-up"
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(1)
-    raise AssertionError(f"prefect server at {url} not healthy after {seconds}s")
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -51,7 +31,7 @@ def _stop(process: subprocess.Popen) -> None:
 
 @pytest.fixture
 def prefect_server(tmp_path):
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"),
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "false",
            "PREFECT_API_URL": f"http://127.0.0.1:{port}/api", "BATON_REPO": str(REPO)}
@@ -60,7 +40,7 @@ def prefect_server(tmp_path):
     server = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
                               env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait_healthy(env["PREFECT_API_URL"], server)
+        wait_healthy(env["PREFECT_API_URL"], server, log.name)
         yield env
     finally:
         _stop(server)
