@@ -16,14 +16,15 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from safetensors import SafetensorError
-from safetensors.torch import load as load_tensors
-from safetensors.torch import save as save_tensors
 
 from ckpt.commit import fsync_dir
 from core.errors import BatonError
+
+if TYPE_CHECKING:  # torch loads where tensors are written or read: `baton ckpt verify`
+    import torch     # of a journal checks bytes only, and starts in a second less
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,8 @@ def segment_dir(root: Path, step: int) -> Path:
 
 def write_segment(root: Path, step: int, records: dict, tensors: dict) -> Path:
     """Commit one step atomically; return its directory."""
+    from safetensors.torch import save as save_tensors
+
     root = Path(root)
     final = segment_dir(root, step)
     if (final / MANIFEST).is_file():
@@ -138,6 +141,8 @@ def verify(root: Path, first: int, last: int) -> list[int]:
 
 
 def _owned(tensor: torch.Tensor) -> torch.Tensor:
+    import torch
+
     # A copy, not .contiguous() alone: views of one batch (tokens and a slice of them)
     # share storage, which safetensors refuses to save.
     return tensor.detach().to("cpu").clone(memory_format=torch.contiguous_format)
@@ -227,6 +232,8 @@ def _parse_records(seg: Path, data: bytes) -> dict:
 
 
 def _parse_tensors(seg: Path, data: bytes) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load as load_tensors
+
     try:
         return load_tensors(data)
     except SafetensorError as exc:

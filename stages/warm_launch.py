@@ -33,16 +33,23 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 def run(argv: list[str], nproc: int) -> None:
     """`argv`: stages.launch_agent's (`--standalone --nproc-per-node=N -m stages.lean_start
     MODULE ARGS`). Returns only when the launch must start cold."""
-    control = os.environ.get(fork_server.ENV)
     command = argv[argv.index("-m") + 1:] if "-m" in argv else []
-    if not control or command[:1] != ["stages.lean_start"]:
+    if command[:1] == ["stages.lean_start"]:
+        take(command, nproc, fork_wire.TORCHRUN)
+
+
+def take(command: list[str], nproc: int, kind: str) -> None:
+    """Hand `command` to a warm process and stand in for it (stages.zygote says what it runs
+    for each `kind`). Returns only when the launch must start cold."""
+    control = os.environ.get(fork_server.ENV)
+    if not control:
         return
     env = dict(os.environ)
     env[ENV_CHAIN] = ",".join(filter(None, (env.get(ENV_CHAIN), processes.current().token())))
     umask = os.umask(0)
     os.umask(umask)
     request = {"command": command, "nproc": nproc, "cwd": os.getcwd(), "umask": umask,
-               "env": env}
+               "env": env, "kind": kind}
     try:
         warm = _ask(control, {"fingerprint": fork_server.fingerprint(env, os.getcwd())})
         if "socket" not in warm:

@@ -5,8 +5,9 @@ the environment of the launches it will take, loads stages.warm_image and listen
 SOCKET. A launch (stages.warm_launch) sends its command, working directory, umask and
 environment, with its standard streams; the zygote forks a child that takes them on and
 runs the command as `stages.launch_agent` runs it after its exec (one worker) or in its fork
-agent (several ranks), replies with the child's pid and, once it has exited, its exit
-status.
+agent (several ranks), or, for a plain process (a Ray worker of the RL roles:
+stages.rl_roles.warm_worker), as `python -m` would; it replies with the child's pid and,
+once it has exited, its exit status.
 
 Why a child is the worker a fresh interpreter would have been:
 - the zygote's environment is the launch's but for variables read only at run time
@@ -27,13 +28,14 @@ import selectors
 import socket
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from core import processes
 from stages import fork_wire, warm_image
 from stages.fork_server import FORKS_LOG, IMPORT_DEFAULTS
-from stages.lifeline import ENV_CHAIN, join_chain, single_worker_environment
+from stages.lifeline import ENV_CHAIN, hold, join_chain, single_worker_environment
 
 STREAMS = 3  # stdin, stdout, stderr
 
@@ -43,23 +45,42 @@ class Launch:
     connection: socket.socket
     streams: list[int]
     command: list[str]
-    """`stages.lean_start MODULE ARGS...`, as stages.launch_agent would run it."""
+    """`stages.lean_start MODULE ARGS...`, as stages.launch_agent would run it; for a
+    PROCESS launch, `MODULE ARGS...` run as `python -m` would."""
     nproc: int
     cwd: str
     umask: int
     env: dict[str, str]
+    kind: str = fork_wire.TORCHRUN
 
 
 def main(argv: list[str]) -> None:
     path = Path(argv[0])
     join_chain()  # dies with the fork server; no watchdog thread: this process forks
-    warm_image.load()
+    with _stdout_on_stderr():
+        warm_image.load()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.listen(64)
     print("ready", flush=True)
     job = _serve(listener, path.parent / FORKS_LOG)
     job()  # only in a forked child, with nothing of the loop on the stack: never returns
+
+
+@contextmanager
+def _stdout_on_stderr():
+    """What the libraries print while they load goes to the server's log (stderr), never
+    before "ready" on stdout, which the server reads as the first line (DeepSpeed says on
+    stdout which accelerator it picked where DS_ACCELERATOR is unset: a Ray worker's)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _serve(listener: socket.socket, log: Path):
@@ -124,7 +145,8 @@ def _started(selector, running, launch: Launch, pid: int, log: Path) -> None:
         fork_wire.send(launch.connection, {"pid": pid})
     except OSError:
         pass  # the launch is gone; its worker follows it (stages.lifeline)
-    record = {"pid": pid, "zygote": os.getpid(), "module": launch.command[1],
+    module = launch.command[0 if launch.kind == fork_wire.PROCESS else 1]
+    record = {"pid": pid, "zygote": os.getpid(), "module": module,
               "nproc": launch.nproc, "chain": launch.env.get(ENV_CHAIN), "at": time.time()}
     with open(log, "a") as handle:
         handle.write(json.dumps(record) + "\n")
@@ -166,6 +188,11 @@ def _run(launch: Launch, zygote: str) -> None:
         os.environ.setdefault(name, value)
     # The launch's chain, with this zygote as the child's parent (stages.lifeline).
     os.environ[ENV_CHAIN] = ",".join(filter(None, (launch.env.get(ENV_CHAIN), zygote)))
+    if launch.kind == fork_wire.PROCESS:
+        hold()  # nothing in a Ray worker ties it to the chain: this does, before it runs
+        sys.argv = launch.command
+        runpy.run_module(launch.command[0], run_name="__main__", alter_sys=True)
+        sys.exit(0)
     if launch.nproc == 1:
         os.environ.update(single_worker_environment())
         sys.argv = launch.command[1:]

@@ -9,11 +9,15 @@ also writes it to the stage log.
 """
 from __future__ import annotations
 
+import os
+import shlex
+import sys
 import time
 import uuid
 from dataclasses import replace
 
-from stages.rl_roles import cluster
+from stages import fork_server
+from stages.rl_roles import cluster, warm_worker
 from stages.rl_roles.cluster import ENV_ATTEMPT, ENV_DIED_AT
 from stages.rl_roles.actors import MAX_RESTARTS, REWARD, RewardActor, RolloutActor, rollout_actor_name
 from stages.rl_roles.environment import PROGRAM
@@ -27,10 +31,18 @@ def start_roles(cfg, model_dir, data: dict | None = None) -> list:
     from core.repro import process_env
 
     options = {"num_cpus": 0, "max_restarts": MAX_RESTARTS, "max_task_retries": 0}
+    runtime_env = {}
     if process_env(cfg.repro):
         # Actors compute log-probs and rewards: the same kernels as the trainer, set before
         # torch loads in their worker process (also on a cluster that did not start here).
-        options["runtime_env"] = {"env_vars": process_env(cfg.repro)}
+        runtime_env["env_vars"] = process_env(cfg.repro)
+    if os.environ.get(fork_server.ENV):  # actors forked warm (stages.rl_roles.warm_worker)
+        runtime_env["py_executable"] = f"{shlex.quote(sys.executable)} -m {warm_worker.__name__}"
+        # Ray sets it in a cold actor (num_cpus=0: one OpenMP thread) before torch loads; a
+        # warm process loads torch first, and must start no thread before it forks.
+        runtime_env["env_vars"] = {"OMP_NUM_THREADS": "1", **runtime_env.get("env_vars", {})}
+    if runtime_env:
+        options["runtime_env"] = runtime_env
     rollout_cls = ray.remote(**options)(RolloutActor)
     reward_cls = ray.remote(**options)(RewardActor)
     faults, s = cfg.rl.faults, cfg.stage

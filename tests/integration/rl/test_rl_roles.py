@@ -17,6 +17,8 @@ from collections import Counter
 
 import pytest
 
+from stages.fork_server import ENV as FORK_SERVER
+from stages.rl_roles.warm_worker import RAY_WORKER_MODULE
 from tests.conftest import run_baton
 
 N, K, FAULT_STEP = 6, 3, 4  # steps, save_every, the 0-based step faults fire at
@@ -38,18 +40,30 @@ def trained(sft_and_rm):
     return sft, _ckpt(home, "rm", 4)
 
 
-def _rl(run_dir, trained, ray_address, *extra, check=True):
+def _rl(run_dir, trained, ray_address, *extra, check=True, env=None):
     sft, rm = trained
     return run_baton("stage", "rl", f"run.dir={run_dir}", f"stage.init_from={sft}",
                      f"stage.reward_model_from={rm}", f"rl.ray.address={ray_address}", *RL, *extra,
-                     check=check)
+                     check=check, env=env)
+
+
+def _actor_forks(fork_server) -> list[dict]:
+    """Ray workers of the RL roles forked by the test process's fork server."""
+    return [f for f in fork_server.forks() if f["module"] == RAY_WORKER_MODULE]
 
 
 @pytest.fixture(scope="module")
-def straight(tmp_path_factory, trained, ray_address):
+def straight_run(tmp_path_factory, trained, ray_address, fork_server):
+    """The uninterrupted run, and the Ray workers forked for its actors."""
     run_dir = tmp_path_factory.mktemp("straight")
+    before = len(_actor_forks(fork_server))
     _rl(run_dir, trained, ray_address)
-    return run_dir
+    return run_dir, _actor_forks(fork_server)[before:]
+
+
+@pytest.fixture(scope="module")
+def straight(straight_run):
+    return straight_run[0]
 
 
 def segments(run_dir) -> list[dict]:
@@ -85,6 +99,14 @@ def same_final_policy(a, b) -> None:
 
 
 @pytest.mark.slow
+def test_the_actors_are_forked_from_a_warm_process(straight_run):
+    """The rollout and the reward actor's Ray workers (stages.rl_roles.warm_worker); the
+    `two_rollout_actors` case below starts every process cold and ends identical."""
+    _, forked = straight_run
+    assert len(forked) == 2, forked
+
+
+@pytest.mark.slow
 def test_an_uninterrupted_run_journals_every_step_and_learns_from_nonzero_advantages(straight):
     events = audit(straight)
     assert [e["version"] for e in events if e["kind"] == "weight_sync"] == list(range(N))
@@ -108,12 +130,18 @@ FAULTS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(FAULTS))
-def test_the_final_policy_is_bit_identical_whatever_failed(case, straight, trained, ray_address, tmp_path):
-    run = _rl(tmp_path, trained, ray_address, *FAULTS[case])
+def test_the_final_policy_is_bit_identical_whatever_failed(case, straight, trained, ray_address,
+                                                         tmp_path, fork_server):
+    # Two rollout actors start cold (no fork server: trainer and actors are fresh
+    # interpreters) and must end where the warm straight run ended.
+    cold = case == "two_rollout_actors"
+    before = _actor_forks(fork_server)
+    run = _rl(tmp_path, trained, ray_address, *FAULTS[case], env={FORK_SERVER: ""} if cold else None)
     same_final_policy(straight, tmp_path)
     events = audit(tmp_path)
     kinds = Counter((e["kind"], e.get("role")) for e in events)
-    if case == "two_rollout_actors":
+    if cold:
+        assert _actor_forks(fork_server) == before, "an actor of the cold run was forked warm"
         served = {s["served_by"] for r in segments(tmp_path) for s in r["samples"]}
         assert served == {"rollout-0", "rollout-1"}
         assert not [e for e in events if e["kind"] == "role_failure"]
