@@ -17,10 +17,9 @@ hashed under another scheme, values within --atol, or another distributed backen
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-import torch
 
 from ckpt import content_hash
 from ckpt import manifest as manifest_io
@@ -68,8 +67,15 @@ class DiffReport:
         return self.content_digest_a == self.content_digest_b
 
 
+def _is_tensor(value) -> bool:
+    # Nothing is a tensor before torch is loaded: two checkpoints with the same bytes, and
+    # their JSON files, are compared without importing it (a second of `baton ckpt diff`).
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
 def _flatten(value, prefix: str, out: dict) -> None:
-    if isinstance(value, torch.Tensor):
+    if _is_tensor(value):
         out[prefix] = value
     elif isinstance(value, dict):
         for key in value:
@@ -106,7 +112,9 @@ def _compare(a, b, diff: FileDiff, atol: float) -> None:
     for key in sorted(set(flat_a) | set(flat_b)):
         diff.compared += 1
         va, vb = flat_a.get(key, "<absent>"), flat_b.get(key, "<absent>")
-        if isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor):
+        if _is_tensor(va) and _is_tensor(vb):
+            import torch
+
             if va.shape != vb.shape or va.dtype != vb.dtype:
                 same, delta = False, float("inf")
             elif va.is_floating_point():

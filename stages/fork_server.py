@@ -45,7 +45,9 @@ ENV = "BATON_FORK_SERVER"
 CONTROL = "control.sock"
 WARM_LOG = "warm.jsonl"
 FORKS_LOG = "forks.jsonl"  # written by the warm processes (stages.zygote)
-MAX_WARM = 3
+# A pipeline's launches have two fingerprints (stage and reshard workers, the RL roles' Ray
+# workers); a re-run on another ISA (repro.isa) doubles them.
+MAX_WARM = 4
 START_SECONDS = 180.0
 STOP_SECONDS = 10.0
 # Read only at run time, and different for every launch: left out of the fingerprint.

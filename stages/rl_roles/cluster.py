@@ -22,6 +22,11 @@ LOOPBACK = "127.0.0.1"
 SINGLE_MACHINE = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 PROBE_TIMEOUT_S = 5
 QUIET = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0"}
+# Ray starts a default worker per CPU for the first driver, ahead of tasks this instance
+# never runs: the roles are actors, mostly with a runtime environment of their own (kernel
+# pins, stages.rl_roles.warm_worker) that a default worker cannot take. Each imports Ray,
+# about a second of CPU, for nothing.
+NO_PRESTART = {"prestart_worker_first_driver": False, "enable_worker_prestart": False}
 
 
 class RayUnreachable(BatonError):
@@ -60,7 +65,7 @@ def start(address: str | None, namespace: str, dashboard: bool = False) -> RayHa
         ray_constants.ENABLE_RAY_CLUSTER = False  # read at call time; env covers children
         context = ray.init(_node_ip_address=LOOPBACK, include_dashboard=dashboard,
                            dashboard_host=LOOPBACK, namespace=namespace, log_to_driver=False,
-                           configure_logging=False)
+                           configure_logging=False, _system_config=NO_PRESTART)
         return RayHandle(context.address_info["gcs_address"], namespace, True)
     _probe(address)
     try:
