@@ -104,7 +104,7 @@ class Recording:
         """Index every committed journal segment (checked against its manifest) and record
         each role event in lineage and MLflow."""
         from ckpt import journal
-        from stages.rl_steps import journal_root
+        from stages.rl.steps import journal_root
 
         root = journal_root(run_dir)
         segments, events = [], []

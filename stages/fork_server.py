@@ -53,7 +53,7 @@ STOP_SECONDS = 10.0
 # Read only at run time, and different for every launch: left out of the fingerprint.
 VOLATILE = frozenset({
     ENV, ENV_CHAIN, ENV_NONCE, "TORCHELASTIC_ERROR_FILE", "PYTEST_CURRENT_TEST",
-    # stages.rl_roles.cluster: where and as which attempt an RL trainer joins its roles.
+    # stages.rl.cluster: where and as which attempt an RL trainer joins its roles.
     "BATON_RAY_ADDRESS", "BATON_RAY_NAMESPACE", "BATON_TRAINER_ATTEMPT", "BATON_TRAINER_DIED_AT",
     "PYTHONBREAKPOINT",  # read by sys.breakpointhook at each call
     # torch.distributed's rendezvous, read when a process group starts (after the fork; a

@@ -9,7 +9,7 @@ import struct
 
 HEADER = struct.Struct("!I")
 # What a launch is: a stage's torchrun ranks, or one plain process (a Ray worker of the RL
-# roles: stages.rl_roles.warm_worker), which gets none of torchrun's variables.
+# roles: stages.rl.warm_worker), which gets none of torchrun's variables.
 TORCHRUN, PROCESS = "torchrun", "process"
 MAX_BYTES = 16 << 20
 

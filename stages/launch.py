@@ -59,7 +59,7 @@ def launch_stage(cfg: BatonConfig, model_dir: Path, parent: dict | None = None, 
         check_same_data(cfg, data)  # a resume reads what its checkpoint was trained on
         if cfg.stage.name == "rl" and cfg.rl.replay_journal is None:
             # RL roles (rollout, reward) run as Ray actors beside the trainer workers.
-            from stages.rl_roles.launcher import run_with_roles
+            from stages.rl.launcher import run_with_roles
             return run_with_roles(cfg, model_dir,
                                   lambda c, env: _launch_locked(c, model_dir, parent, env, data),
                                   lambda line: _note(cfg, line), data)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from core.errors import UsageError
 from stages.cpt import CptObjective
-from stages.rl import RlObjective
+from stages.rl.objective import RlObjective
 from stages.rm import RmObjective
 from stages.sft import SftObjective
 

@@ -6,7 +6,7 @@ SOCKET. A launch (stages.warm_launch) sends its command, working directory, umas
 environment, with its standard streams; the zygote forks a child that takes them on and
 runs the command as `stages.launch_agent` runs it after its exec (one worker) or in its fork
 agent (several ranks), or, for a plain process (a Ray worker of the RL roles:
-stages.rl_roles.warm_worker), as `python -m` would; it replies with the child's pid and,
+stages.rl.warm_worker), as `python -m` would; it replies with the child's pid and,
 once it has exited, its exit status.
 
 Why a child is the worker a fresh interpreter would have been:

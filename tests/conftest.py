@@ -81,7 +81,7 @@ def baton():
 def ray_address():
     """One loopback-only Ray instance for the module (`rl.ray.address` for its RL stages),
     owned and stopped by this process: a stage that starts its own pays about 10 s here."""
-    from stages.rl_roles import cluster
+    from stages.rl import cluster
 
     handle = cluster.start(None, "baton-tests")
     yield handle.address

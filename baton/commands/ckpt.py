@@ -42,7 +42,7 @@ def _verify(args) -> int:
         path = named_checkpoint(args.path)
         manifest = manifest_io.verify(path)
         if manifest.stage == "rl":  # the journal up to its cursor is part of an RL checkpoint
-            from stages.rl_steps import verify_checkpoint_journal
+            from stages.rl.steps import verify_checkpoint_journal
             journal_note = "; " + verify_checkpoint_journal(path, manifest)[1]
     except (CheckpointError, JournalError) as exc:
         print(f"FAILED {exc}", file=sys.stderr)

@@ -29,19 +29,21 @@ def main(args) -> int:
 
 
 def _replay(args) -> int:
-    from stages.rl_replay import plan_replay, run_replay
+    from stages.launch import launch_stage
+    from stages.rl.replay import plan_replay, replay_verdict
 
     plan = plan_replay(Path(args.checkpoint), args.to_step)
     print(f"[baton] replaying steps {plan.start_step + 1}..{plan.to_step} from {plan.journal_root} "
           f"(verified) into {plan.attempt_dir}; no rollout or reward role is started")
-    verdict = run_replay(plan)
+    launch_stage(plan.cfg, plan.model_dir, {"replay_of": str(plan.start)})
+    verdict = replay_verdict(plan)
     print(f"[baton] {verdict.summary()}")
     return 0 if verdict.identical else 1
 
 
 def _show(args) -> int:
     from core.errors import UsageError
-    from stages.rl_journal_view import show
+    from stages.rl.journal_view import show
 
     if args.sample is not None and args.step is None:
         raise UsageError("--sample", args.sample, "--sample needs --step S (a sample index is per step)")
@@ -108,7 +110,7 @@ def _print_environment(view: dict) -> None:
 
 def _print_staleness(steps: list[dict]) -> None:
     """rl.max_staleness runs: how many policy versions behind the trainer the samples were."""
-    from stages.rl_roles.groups import staleness_total
+    from stages.rl.groups import staleness_total
 
     total = staleness_total([s.get("staleness") for s in steps])
     if any(key > 0 for key in total):

@@ -6,7 +6,7 @@ dotted `module: pkg.mod:fn`): `fn(data_source, solution_str, ground_truth, extra
 returns a number. Several functions are summed with their weights. A function that
 raises, runs past `rl.reward.timeout_s` or returns something that is not a number is an
 environment failure: the sample is never scored with it; it is retried, then its group
-is dropped from the step, and every attempt is recorded (stages.rl_roles.env_records).
+is dropped from the step, and every attempt is recorded (stages.rl.env_records).
 """
 from __future__ import annotations
 

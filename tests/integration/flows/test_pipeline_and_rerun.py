@@ -196,7 +196,7 @@ def test_the_rl_journal_is_indexed_in_lineage_and_mlflow(pipeline_run, tmp_path)
     assert [s["step"] for s in journal["segments"]] == [1, 2, 3, 4]
     syncs = [e for e in journal["events"] if e["kind"] == "weight_sync"]
     assert [(e["segment"], e["version"]) for e in syncs] == [(1, 0), (2, 1), (3, 2), (4, 3)]
-    # The rollout/trainer mismatch of every step is in MLflow too (stages.rl_mismatch).
+    # The rollout/trainer mismatch of every step is in MLflow too (stages.rl.mismatch).
     history = {key: {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)}
                for key in ("logp_diff_mean", "logp_diff_max", "token_mult_prob_error")}
     assert sorted(history["logp_diff_max"]) == [1, 2, 3, 4]

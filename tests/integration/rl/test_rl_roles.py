@@ -18,7 +18,7 @@ from collections import Counter
 import pytest
 
 from stages.fork_server import ENV as FORK_SERVER
-from stages.rl_roles.warm_worker import RAY_WORKER_MODULE
+from stages.rl.warm_worker import RAY_WORKER_MODULE
 from tests.conftest import run_baton
 
 N, K, FAULT_STEP = 6, 3, 4  # steps, save_every, the 0-based step faults fire at
@@ -100,7 +100,7 @@ def same_final_policy(a, b) -> None:
 
 @pytest.mark.slow
 def test_the_actors_are_forked_from_a_warm_process(straight_run):
-    """The rollout and the reward actor's Ray workers (stages.rl_roles.warm_worker); the
+    """The rollout and the reward actor's Ray workers (stages.rl.warm_worker); the
     `two_rollout_actors` case below starts every process cold and ends identical."""
     _, forked = straight_run
     assert len(forked) == 2, forked

@@ -81,7 +81,7 @@ def test_the_whole_pipeline_runs_on_your_model_data_and_reward(pipelines, family
     assert any(rl[s]["reward"] not in (0.0, 1.0) for s in (1, 2))
     assert {"eval_reward", "eval_pass_at_1", "eval_pass_at_4"} <= set(rl[2])
     # The RM stage's reward model scored every sample too, added at rl.reward.rm_weight=0.5.
-    from stages.rl_journal_view import show
+    from stages.rl.journal_view import show
     scored = [row["reward"] for row in show(run_dir / "pipeline-0001", 1, None)["rows"]]
     assert scored and all(r["rm"] is not None for r in scored) and any(r["rm"] != 0 for r in scored)
     assert all(r["total"] == pytest.approx(r["checker"] + 0.5 * r["rm"]) for r in scored)

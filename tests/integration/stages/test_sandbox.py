@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from stages.rl_roles.env_records import apply_environment, env_step_metrics, ettr
-from stages.rl_roles.environment import GroupRunner, program_of
-from stages.rl_roles.groups import Group, groups_of, segment_of, trained_of
+from stages.rl.env_records import apply_environment, env_step_metrics, ettr
+from stages.rl.environment import GroupRunner, program_of
+from stages.rl.groups import Group, groups_of, segment_of, trained_of
 from stages.sandbox import ENV_FAILURE, POLICY_FAILURE, SUCCESS, Limits, run_program
 
 LIMITS = Limits(timeout_s=4.0, cpu_s=1, memory_mb=256)

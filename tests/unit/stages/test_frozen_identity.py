@@ -15,7 +15,7 @@ from ckpt.errors import IncompatibleCheckpoint
 from ckpt.layout import step_dirname
 from stages.frozen import (CHECKPOINT, MODEL_DIR, checkpoint_identity, legacy_identity,
                            model_dir_digest, same_frozen_model)
-from stages.rl import JOURNAL, KL_CONTROLLER, REFERENCE, REWARD_MODEL, RlObjective
+from stages.rl.objective import JOURNAL, KL_CONTROLLER, REFERENCE, REWARD_MODEL, RlObjective
 
 SCHEME = content_hash.scheme()
 

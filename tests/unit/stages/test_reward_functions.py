@@ -120,7 +120,7 @@ def test_functions_are_tried_on_the_first_rows_before_any_worker(rewards_file):
 
 
 def _group(checker: list[float]):
-    from stages.rl_roles.groups import Group
+    from stages.rl.groups import Group
 
     n = len(checker)
     return Group(prompt_index=3, prompt_ids=[1], seeds=list(range(n)), policy_version=0,
@@ -130,7 +130,7 @@ def _group(checker: list[float]):
 
 
 def test_failed_calls_are_recorded_and_an_unscored_sample_drops_its_group():
-    from stages.rl_roles.env_records import apply_reward_failures
+    from stages.rl.env_records import apply_reward_failures
 
     events: list = []
     retried = {"sample": 1, "attempt": 1, "reason": "f raised ValueError: x", "retried": True}

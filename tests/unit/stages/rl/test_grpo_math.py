@@ -6,7 +6,7 @@ import math
 import torch
 
 from ckpt import manifest
-from stages.rl import grpo_loss, group_advantages, k3_kl, masked_mean
+from stages.rl.objective import grpo_loss, group_advantages, k3_kl, masked_mean
 from stages.sampling import generate, response_mask, seeded_generator
 
 

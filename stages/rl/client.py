@@ -16,9 +16,9 @@ from dataclasses import replace
 import numpy as np
 
 from core.errors import BatonError
-from stages.rl_roles.actors import REWARD, rollout_actor_name
-from stages.rl_roles.engine import RolloutRequest, weights_digest
-from stages.rl_roles.environment import ENVIRONMENT
+from stages.rl.actors import REWARD, rollout_actor_name
+from stages.rl.engine import RolloutRequest, weights_digest
+from stages.rl.environment import ENVIRONMENT
 
 
 RESTART_DEADLINE_S, RESTART_POLL_S = 300, 0.1
@@ -173,7 +173,7 @@ class RoleClient:
                 for p, ids, tokens, mask in items}
 
     def run_programs(self, step: int, items: list[tuple[int, object, object]], events: list) -> dict:
-        """prompt index -> the environment role's result (stages.rl_roles.environment) for
+        """prompt index -> the environment role's result (stages.rl.environment) for
         (prompt index, tokens, mask); the role dying is recovered like the reward actor."""
         env = self.environment
         refs = {p: env.run.remote(step, p, tokens, mask) for p, tokens, mask in items}

@@ -20,9 +20,9 @@ import torch.distributed as dist
 from ckpt import journal
 from ckpt.layout import stage_dir
 from core.errors import BatonError
-from stages.rl_roles.cluster import ENV_ATTEMPT, ENV_DIED_AT
-from stages.rl_roles.groups import segment_of, staleness_counts, trained_of
-from stages.rl_roles.source import StepSource
+from stages.rl.cluster import ENV_ATTEMPT, ENV_DIED_AT
+from stages.rl.groups import segment_of, staleness_counts, trained_of
+from stages.rl.source import StepSource
 
 JOURNAL_DIR = "journal"
 CURSOR = "cursor"
@@ -124,7 +124,7 @@ class RlSteps:
     # -- after the update ----------------------------------------------------------------
     def finish_step(self, step: int, kl_coef: float, mismatch: dict) -> None:
         """`mismatch`: the step's rollout/trainer mismatch over every rank, as the journal
-        keeps it (stages.rl_mismatch.journal_record)."""
+        keeps it (stages.rl.mismatch.journal_record)."""
         gathered = [None] * self.world if self.rank == 0 else None
         if dist.is_initialized() and self.world > 1:
             dist.gather_object(self.trained, gathered, dst=0)

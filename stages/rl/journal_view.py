@@ -17,7 +17,7 @@ class NoJournal(BatonError):
 
 
 def journal_of(run: Path) -> Path:
-    from stages.rl_steps import journal_root
+    from stages.rl.steps import journal_root
     root = journal_root(run)
     if not root.is_dir():
         raise NoJournal(run, root)
@@ -81,10 +81,10 @@ def _median(values: list[float]) -> float:
 
 
 def run_ettr(run: Path) -> float | None:
-    """ETTR of the run (stages.rl_roles.env_records.ettr) from its rl/metrics.jsonl."""
+    """ETTR of the run (stages.rl.env_records.ettr) from its rl/metrics.jsonl."""
     import json
 
-    from stages.rl_roles.env_records import ettr
+    from stages.rl.env_records import ettr
 
     metrics = Path(run) / "rl" / "metrics.jsonl"
     if not metrics.is_file():

@@ -4,7 +4,7 @@
   prompt + response), while the rollout engine's log-probs come from its sampling
   forwards, whose input grows by one token per position. Different shapes take
   different kernel paths, so the two disagree in the last bits: the rollout/trainer
-  mismatch (stages.rl_mismatch measures it every step).
+  mismatch (stages.rl.mismatch measures it every step).
 - **Per sequence** (`rl.batch_invariant=true`): a forward of each row alone, whole and
   unpadded, in both places: the rollout engine recomputes its log-probs this way after
   sampling, and the trainer computes its own this way. Same weights, same shapes, same

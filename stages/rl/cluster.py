@@ -24,7 +24,7 @@ PROBE_TIMEOUT_S = 5
 QUIET = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0"}
 # Ray starts a default worker per CPU for the first driver, ahead of tasks this instance
 # never runs: the roles are actors, mostly with a runtime environment of their own (kernel
-# pins, stages.rl_roles.warm_worker) that a default worker cannot take. Each imports Ray,
+# pins, stages.rl.warm_worker) that a default worker cannot take. Each imports Ray,
 # about a second of CPU, for nothing.
 NO_PRESTART = {"prestart_worker_first_driver": False, "enable_worker_prestart": False}
 

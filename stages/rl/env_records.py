@@ -1,4 +1,4 @@
-"""What the environment role's results do to a step (rank 0, stages.rl_roles.source), and
+"""What the environment role's results do to a step (rank 0, stages.rl.source), and
 the numbers the trainer reports from them.
 
 A group the role dropped keeps its tokens in the journal, with no reward (NaN checker)

@@ -3,7 +3,7 @@
 Both are restartable (`max_restarts`) and never retry a call on their own
 (`max_task_retries=0`): a restarted rollout actor holds the initial weights, so the
 trainer re-syncs it to the current policy version before re-issuing what was lost
-(stages.rl_roles.client). A restarted reward actor loads its reward-model checkpoint
+(stages.rl.client). A restarted reward actor loads its reward-model checkpoint
 again in `__init__` and needs nothing else.
 
 Fault injection (`rl.faults.*`) kills the actor's own process with SIGKILL mid-request,
@@ -36,11 +36,11 @@ def _die_hard() -> None:
 
 
 class RolloutActor:
-    """One policy copy behind the RolloutEngine contract (CPU: stages.rl_roles.engine)."""
+    """One policy copy behind the RolloutEngine contract (CPU: stages.rl.engine)."""
 
     def __init__(self, index: int, model_dir: str, kill_at_step: int = -1, repro=None):
         from core.repro import apply_in_process
-        from stages.rl_roles.engine import CpuRolloutEngine
+        from stages.rl.engine import CpuRolloutEngine
 
         if repro is not None:
             apply_in_process(repro)
@@ -149,7 +149,7 @@ class RewardActor:
 
     def _functions(self, prompt_index: int, texts: list[str]) -> tuple[torch.Tensor, list[dict]]:
         """Your functions' reward per sample (NaN where every attempt failed) and every
-        failed attempt, for the journal and the drop (stages.rl_roles.env_records)."""
+        failed attempt, for the journal and the drop (stages.rl.env_records)."""
         from stages.data.rewards import RewardFailure
         from stages.tasks import TRAIN
 

@@ -17,10 +17,10 @@ import uuid
 from dataclasses import replace
 
 from stages import fork_server
-from stages.rl_roles import cluster, warm_worker
-from stages.rl_roles.cluster import ENV_ATTEMPT, ENV_DIED_AT
-from stages.rl_roles.actors import MAX_RESTARTS, REWARD, RewardActor, RolloutActor, rollout_actor_name
-from stages.rl_roles.environment import PROGRAM
+from stages.rl import cluster, warm_worker
+from stages.rl.cluster import ENV_ATTEMPT, ENV_DIED_AT
+from stages.rl.actors import MAX_RESTARTS, REWARD, RewardActor, RolloutActor, rollout_actor_name
+from stages.rl.environment import PROGRAM
 
 
 def start_roles(cfg, model_dir, data: dict | None = None) -> list:
@@ -36,7 +36,7 @@ def start_roles(cfg, model_dir, data: dict | None = None) -> list:
         # Actors compute log-probs and rewards: the same kernels as the trainer, set before
         # torch loads in their worker process (also on a cluster that did not start here).
         runtime_env["env_vars"] = process_env(cfg.repro)
-    if os.environ.get(fork_server.ENV):  # actors forked warm (stages.rl_roles.warm_worker)
+    if os.environ.get(fork_server.ENV):  # actors forked warm (stages.rl.warm_worker)
         runtime_env["py_executable"] = f"{shlex.quote(sys.executable)} -m {warm_worker.__name__}"
         # Ray sets it in a cold actor (num_cpus=0: one OpenMP thread) before torch loads; a
         # warm process loads torch first, and must start no thread before it forks.
@@ -54,7 +54,7 @@ def start_roles(cfg, model_dir, data: dict | None = None) -> list:
         cfg.data.max_operand, cfg.data.heldout_fraction, faults.kill_reward_actor_at_step, cfg.repro,
         data, cfg.rl, cfg.rl.env.retries))
     if cfg.rl.env.task == PROGRAM:
-        from stages.rl_roles.environment import ENVIRONMENT, EnvironmentActor
+        from stages.rl.environment import ENVIRONMENT, EnvironmentActor
         environment_cls = ray.remote(**options)(EnvironmentActor)
         actors.append(environment_cls.options(name=ENVIRONMENT).remote(
             str(model_dir), cfg.run.dir, cfg.seed, cfg.data.max_operand, cfg.data.heldout_fraction,

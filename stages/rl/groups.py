@@ -33,7 +33,7 @@ class Group:
     rm: torch.Tensor | None
     served_by: dict
     env: list | None = None
-    """rl.env.task=program: per sample, every sandbox attempt (stages.rl_roles.environment)."""
+    """rl.env.task=program: per sample, every sandbox attempt (stages.rl.environment)."""
     dropped: dict | None = None
     """Set when the environment role gave up on a sample: the group is not trained on."""
 

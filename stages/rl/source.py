@@ -14,10 +14,10 @@ from pathlib import Path
 
 from ckpt import journal
 from core.errors import BatonError
-from stages.rl_roles.engine import RolloutRequest
-from stages.rl_roles.env_records import apply_environment, apply_reward_failures, step_alert
-from stages.rl_roles.groups import Group, group_from, groups_of
-from stages.rl_roles.environment import PROGRAM
+from stages.rl.engine import RolloutRequest
+from stages.rl.env_records import apply_environment, apply_reward_failures, step_alert
+from stages.rl.groups import Group, group_from, groups_of
+from stages.rl.environment import PROGRAM
 from stages.sampling import TRAIN_STREAM, seeded_generator
 
 
@@ -50,8 +50,8 @@ class StepSource:
 
     def _roles(self):
         if self.client is None:
-            from stages.rl_roles.client import RoleClient
-            from stages.rl_roles.cluster import join_from_env
+            from stages.rl.client import RoleClient
+            from stages.rl.cluster import join_from_env
 
             ray = join_from_env()
             if ray is None:
@@ -77,7 +77,7 @@ class StepSource:
 
     def from_roles(self, step: int, indices_of, policy_state, events: list) -> list[Group]:
         """`indices_of(step)`: the prompts of a step, in order (for this and later steps)."""
-        from stages.rl_roles.client import global_rng_untouched
+        from stages.rl.client import global_rng_untouched
 
         state = policy_state()
         with global_rng_untouched():  # joining Ray and every call to the roles

@@ -32,7 +32,7 @@ class RolloutRequest:
     max_new_tokens: int
     temperature: float
     batch_invariant: bool = False
-    """rl.batch_invariant: report log-probs computed the trainer's way (stages.rl_logprobs)."""
+    """rl.batch_invariant: report log-probs computed the trainer's way (stages.rl.logprobs)."""
 
 
 @dataclass
@@ -104,7 +104,7 @@ class CpuRolloutEngine:
                 on_token(position)
         start, logp = len(request.prompt_ids), torch.cat(logps, dim=1)
         if request.batch_invariant:
-            from stages.rl_logprobs import token_logprobs_per_sequence
+            from stages.rl.logprobs import token_logprobs_per_sequence
             # Again, each sequence alone, as the trainer computes them: bitwise its numbers.
             logp, _ = token_logprobs_per_sequence(self.model, sequences, start, request.temperature)
         return RolloutResult(request.prompt_index, sequences[:, start:], logp, request.policy_version)

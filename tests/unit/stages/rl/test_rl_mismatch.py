@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from stages.rl import grpo_loss
-from stages.rl_logprobs import token_logprobs_per_sequence
-from stages.rl_mismatch import importance_weights, merged, metrics_of, mismatch_sums
+from stages.rl.objective import grpo_loss
+from stages.rl.logprobs import token_logprobs_per_sequence
+from stages.rl.mismatch import importance_weights, merged, metrics_of, mismatch_sums
 
 ROLLOUT = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.5, -0.5]])
 TRAINER = torch.tensor([[-1.5, -2.0, -2.0], [-0.5, -0.25, -9.0]])

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from ckpt import journal
-from stages.rl_roles.engine import CpuRolloutEngine, RolloutRequest, weights_digest
-from stages.rl_roles.groups import Group, groups_of, segment_of, trained_of
-from stages.rl_roles.source import sample_seeds
+from stages.rl.engine import CpuRolloutEngine, RolloutRequest, weights_digest
+from stages.rl.groups import Group, groups_of, segment_of, trained_of
+from stages.rl.source import sample_seeds
 
 
 @pytest.fixture(scope="module")

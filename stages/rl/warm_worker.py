@@ -1,11 +1,11 @@
-"""`python -m stages.rl_roles.warm_worker DEFAULT_WORKER_PY ARGS...`: a Ray worker of the
+"""`python -m stages.rl.warm_worker DEFAULT_WORKER_PY ARGS...`: a Ray worker of the
 RL roles, forked by a warm process of the fork server (stages.fork_server) instead of
 started as a fresh interpreter.
 
 A rollout or reward actor's process imports torch and a model family's transformers
 modules before it loads its model: 4-5 s of CPU apiece on the machines this project runs
 on, for every actor of every RL stage and again for every restart. The stage names this
-module as the actors' interpreter (Ray's `py_executable`, stages.rl_roles.launcher) when
+module as the actors' interpreter (Ray's `py_executable`, stages.rl.launcher) when
 its process has a fork server; Ray then starts `this ARGS...` where it would start
 `python default_worker.py ARGS...`, and this process hands Ray's worker module and its
 arguments to the warm process of its environment's fingerprint and stands in for the

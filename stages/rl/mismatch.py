@@ -1,7 +1,7 @@
 """The rollout/trainer log-prob mismatch, and the importance correction for it.
 
 The rollout engine and the trainer score the same tokens with the same weights, yet
-their log-probs differ (stages.rl_logprobs says why). Left unmeasured, that silently
+their log-probs differ (stages.rl.logprobs says why). Left unmeasured, that silently
 makes the update off-policy. Every step reports, over all response tokens (Δ = trainer
 log p - rollout log p):
 

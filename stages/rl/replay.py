@@ -20,7 +20,7 @@ from ckpt.layout import checkpoints_dir, stage_dir, step_dirname
 from ckpt.reproduce import compare_traces, read_trace
 from core.config.compose import from_dict
 from core.errors import BatonError
-from stages.rl_steps import JOURNAL_DIR
+from stages.rl.steps import JOURNAL_DIR
 from stages.run_files import METRICS
 
 REPLAYS_DIR = "replays"
@@ -93,10 +93,9 @@ def plan_replay(checkpoint: Path, to_step: int) -> ReplayPlan:
                       Path(meta["model_dir"]))
 
 
-def run_replay(plan: ReplayPlan) -> ReplayVerdict:
-    from stages.launch import launch_stage
-
-    launch_stage(plan.cfg, plan.model_dir, {"replay_of": str(plan.start)})
+def replay_verdict(plan: ReplayPlan) -> ReplayVerdict:
+    """Once `plan.cfg` has run (stages.launch.launch_stage, with `{"replay_of": start}` as
+    its parent): did the replay end where the original did?"""
     replayed = checkpoints_dir(plan.attempt_dir, "rl") / step_dirname(plan.to_step)
     report = diff_checkpoints(plan.original, replayed)
     first = next((f"{f.file}:{f.first_difference}" for f in report.files if not f.identical), None)

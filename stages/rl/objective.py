@@ -1,12 +1,12 @@
 """RL: GRPO-style group policy optimisation against a frozen reference policy.
 
 Per prompt: `group_size` completions of the current policy (sampled by the rollout
-actors, stages.rl_roles), scored by the reward actor (checker and/or reward model);
+actors, stages.rl), scored by the reward actor (checker and/or reward model);
 the trainer normalises rewards within the group into advantages,
 and take loss = -mean(A · log π(token)) + β · KL(π‖π_ref) (k3 estimator) over the
 completion tokens up to the first newline/eos. The update is on-policy (one
 optimizer step per batch of rollouts) up to the rollout/trainer mismatch, which
-rl.correction can weight out (stages.rl_mismatch); with rl.max_staleness > 0 the
+rl.correction can weight out (stages.rl.mismatch); with rl.max_staleness > 0 the
 rollouts are up to that many versions old and the correction is required.
 """
 from __future__ import annotations
@@ -19,10 +19,10 @@ from stages.kl_controller import build_kl_controller
 from stages.data.examples import FileExamples
 from stages.data.render import text_ids
 from stages.objective import CausalLMObjective
-from stages.rl_logprobs import logprobs_of, token_logprobs
-from stages.rl_mismatch import (all_reduced, importance_weights, journal_record, merged, metrics_of,
+from stages.rl.logprobs import logprobs_of, token_logprobs
+from stages.rl.mismatch import (all_reduced, importance_weights, journal_record, merged, metrics_of,
                                 mismatch_sums, no_mismatch)
-from stages.rl_roles.environment import PROGRAM
+from stages.rl.environment import PROGRAM
 from stages.sampling import EVAL_STREAM, decode_rows, generate, greedy_accuracy, seeded_generator
 from stages.tasks import HELDOUT, TRAIN, check_answer
 
@@ -63,7 +63,7 @@ def grpo_loss(logp, ref_logp, advantages, mask, beta: float,
 
 
 class RlObjective(CausalLMObjective):
-    """Trains on rollouts produced by the roles (stages.rl_roles) or re-applied from the
+    """Trains on rollouts produced by the roles (stages.rl) or re-applied from the
     journal; rank 0 obtains each step's groups and broadcasts them to every rank."""
 
     name = "rl"
@@ -80,11 +80,11 @@ class RlObjective(CausalLMObjective):
         self._mismatch = no_mismatch()
         self.rl = None  # cfg.rl: correction and batch invariance, bound with the run config
         self.run_cfg, self.scorer = None, None
-        self.steps = None  # stages.rl_steps.RlSteps, bound by the worker (needs the run config)
+        self.steps = None  # stages.rl.steps.RlSteps, bound by the worker (needs the run config)
 
     def bind(self, cfg, sampler, run_dir) -> None:
         """The run's config, sampler and directory: what the journal and roles need."""
-        from stages.rl_steps import RlSteps
+        from stages.rl.steps import RlSteps
         self.steps = RlSteps(cfg, sampler, run_dir, self)
         self.rl, self.run_cfg = cfg.rl, cfg
 
@@ -133,7 +133,7 @@ class RlObjective(CausalLMObjective):
         start = len(group.prompt_ids)
         full = torch.cat([torch.tensor([group.prompt_ids] * group.tokens.shape[0]),
                           group.tokens], dim=1)
-        # The policy's log-probs as the rollout engine computed its own (stages.rl_logprobs);
+        # The policy's log-probs as the rollout engine computed its own (stages.rl.logprobs);
         # the reference's are not compared with anything, so they take the batched path.
         logp, logp_all = logprobs_of(self.rl.batch_invariant)(model, full, start, s.temperature)
         with torch.no_grad():
@@ -186,7 +186,7 @@ class RlObjective(CausalLMObjective):
             stale = [self.step - g.policy_version for g in self.steps.groups.values()]
             record.update(staleness_mean=sum(stale) / max(len(stale), 1), staleness_max=max(stale, default=0))
         if self.rl.env.task == PROGRAM:
-            from stages.rl_roles.env_records import env_step_metrics
+            from stages.rl.env_records import env_step_metrics
             record.update(env_step_metrics(self.steps.groups.values()))
         self.steps.finish_step(self.step, self.kl.coef, journal_record(mismatch, self.rl))  # collective
         self.kl.update(record["kl"])
