@@ -56,6 +56,7 @@ VOLATILE = frozenset({
     # stages.rl.cluster: where and as which attempt an RL trainer joins its roles.
     "BATON_RAY_ADDRESS", "BATON_RAY_NAMESPACE", "BATON_TRAINER_ATTEMPT", "BATON_TRAINER_DIED_AT",
     "PYTHONBREAKPOINT",  # read by sys.breakpointhook at each call
+    "SPT_NOENV",  # Ray's, for setproctitle, which its workers import after the fork
     # torch.distributed's rendezvous, read when a process group starts (after the fork; a
     # launch from a process that joined one, such as a flow's handoff, has them set).
     "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
@@ -86,8 +87,12 @@ def _inductor_cache_dir() -> str:
 # What a launch's environment means where it lacks a variable that libraries set with
 # setdefault when they load or first look (`import deepspeed` sets the first): a launch from
 # a process that did that has them, one from a process that did not means the same values.
+# scikit-learn's import sets KMP_DUPLICATE_LIB_OK (launches from flow processes have it, one
+# extra warm process each): Intel's OpenMP runtime reads it only when a second copy of itself
+# loads, which ends the process without it, so a worker that runs at all computes the same.
 IMPORT_DEFAULTS = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1",
-                   "TORCHINDUCTOR_CACHE_DIR": _inductor_cache_dir()}
+                   "TORCHINDUCTOR_CACHE_DIR": _inductor_cache_dir(),
+                   "KMP_DUPLICATE_LIB_OK": "True"}
 LIMITS = ("RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_DATA", "RLIMIT_FSIZE", "RLIMIT_NOFILE",
           "RLIMIT_NPROC", "RLIMIT_STACK")
 

@@ -15,23 +15,30 @@ GPU_DEVICES = ("/dev/nvidia[0-9]*", "/dev/kfd")
 
 def worker_env(repro=None) -> dict:
     """`repro`: a `ReproConfig`; None adds no pinning (tools that only move bytes)."""
-    from core.repro import process_env
+    return {**os.environ, **worker_variables(repro)}
 
-    env = dict(os.environ)
-    if not has_gpu():
-        env.setdefault("DS_ACCELERATOR", "cpu")
+
+def worker_variables(repro=None) -> dict:
+    """What `worker_env` sets on top of this process's environment (each default kept where
+    this process has its own value), and the kernel pins of `repro`."""
+    from core.repro import process_env
     from stages.prebuild import extensions_dir
 
-    # Built once by `make install` (stages.prebuild); private to this environment.
-    env.setdefault("TORCH_EXTENSIONS_DIR", extensions_dir())
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # Set and dict-of-set iteration order follows the string hash seed; torch.save numbers
-    # storages in the order it meets them, so a random seed per process gave the same
-    # optimizer state different bytes (and content digest) in two runs of one reshard.
-    env.setdefault("PYTHONHASHSEED", "0")
-    env.update(process_env(repro) if repro is not None else {})
-    return env
+    defaults = {
+        # Built once by `make install` (stages.prebuild); private to this environment.
+        "TORCH_EXTENSIONS_DIR": extensions_dir(),
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        # Set and dict-of-set iteration order follows the string hash seed; torch.save numbers
+        # storages in the order it meets them, so a random seed per process gave the same
+        # optimizer state different bytes (and content digest) in two runs of one reshard.
+        "PYTHONHASHSEED": "0",
+    }
+    if not has_gpu():
+        defaults["DS_ACCELERATOR"] = "cpu"
+    variables = {name: os.environ.get(name, value) for name, value in defaults.items()}
+    variables.update(process_env(repro) if repro is not None else {})
+    return variables
 
 
 def has_gpu() -> bool:

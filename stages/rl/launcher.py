@@ -38,9 +38,7 @@ def start_roles(cfg, model_dir, data: dict | None = None) -> list:
         runtime_env["env_vars"] = process_env(cfg.repro)
     if os.environ.get(fork_server.ENV):  # actors forked warm (stages.rl.warm_worker)
         runtime_env["py_executable"] = f"{shlex.quote(sys.executable)} -m {warm_worker.__name__}"
-        # Ray sets it in a cold actor (num_cpus=0: one OpenMP thread) before torch loads; a
-        # warm process loads torch first, and must start no thread before it forks.
-        runtime_env["env_vars"] = {"OMP_NUM_THREADS": "1", **runtime_env.get("env_vars", {})}
+        runtime_env["env_vars"] = _as_stage_workers(cfg)
     if runtime_env:
         options["runtime_env"] = runtime_env
     rollout_cls = ray.remote(**options)(RolloutActor)
@@ -60,6 +58,18 @@ def start_roles(cfg, model_dir, data: dict | None = None) -> list:
             str(model_dir), cfg.run.dir, cfg.seed, cfg.data.max_operand, cfg.data.heldout_fraction,
             cfg.rl.env, faults))
     return actors
+
+
+def _as_stage_workers(cfg) -> dict[str, str]:
+    """What a stage launch sets in its workers' environment (stages.worker_env: DeepSpeed on
+    CPU, one OpenMP thread, the hash seed, the kernel pins; stores on loopback), for the
+    actors forked warm: they then share the trainer's warm process instead of starting one
+    of their own. One OpenMP thread is also what Ray gives a cold actor (num_cpus=0), set
+    here before torch loads: a warm process must start no thread before it forks."""
+    from core import loopback
+    from stages.worker_env import worker_variables
+
+    return {**worker_variables(cfg.repro), **loopback.listen_environment(loopback.LOOPBACK)}
 
 
 def stop_roles(actors: list) -> None:
