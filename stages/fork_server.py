@@ -45,8 +45,9 @@ ENV = "BATON_FORK_SERVER"
 CONTROL = "control.sock"
 WARM_LOG = "warm.jsonl"
 FORKS_LOG = "forks.jsonl"  # written by the warm processes (stages.zygote)
-# A pipeline's launches have two fingerprints (stage and reshard workers, the RL roles' Ray
-# workers); a re-run on another ISA (repro.isa) doubles them.
+# A pipeline's workers and RL actors share one fingerprint; re-runs on another ISA
+# (repro.isa), launches from flow processes and tests' own variables add more (a fresh-clone
+# test run starts 18 warm processes over its two test processes).
 MAX_WARM = 4
 START_SECONDS = 180.0
 STOP_SECONDS = 10.0

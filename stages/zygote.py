@@ -71,7 +71,7 @@ def main(argv: list[str]) -> None:
 def _stdout_on_stderr():
     """What the libraries print while they load goes to the server's log (stderr), never
     before "ready" on stdout, which the server reads as the first line (DeepSpeed says on
-    stdout which accelerator it picked where DS_ACCELERATOR is unset: a Ray worker's)."""
+    stdout which accelerator it picked where DS_ACCELERATOR is unset)."""
     sys.stdout.flush()
     saved = os.dup(1)
     os.dup2(2, 1)

@@ -31,14 +31,12 @@ def start_roles(cfg, model_dir, data: dict | None = None) -> list:
     from core.repro import process_env
 
     options = {"num_cpus": 0, "max_restarts": MAX_RESTARTS, "max_task_retries": 0}
-    runtime_env = {}
-    if process_env(cfg.repro):
-        # Actors compute log-probs and rewards: the same kernels as the trainer, set before
-        # torch loads in their worker process (also on a cluster that did not start here).
-        runtime_env["env_vars"] = process_env(cfg.repro)
+    # Actors compute log-probs and rewards: the same kernels as the trainer, set before
+    # torch loads in their worker process (also on a cluster that did not start here).
+    runtime_env = {"env_vars": process_env(cfg.repro)} if process_env(cfg.repro) else {}
     if os.environ.get(fork_server.ENV):  # actors forked warm (stages.rl.warm_worker)
-        runtime_env["py_executable"] = f"{shlex.quote(sys.executable)} -m {warm_worker.__name__}"
-        runtime_env["env_vars"] = _as_stage_workers(cfg)
+        runtime_env = {"py_executable": f"{shlex.quote(sys.executable)} -m {warm_worker.__name__}",
+                       "env_vars": _as_stage_workers(cfg)}  # the kernel pins included
     if runtime_env:
         options["runtime_env"] = runtime_env
     rollout_cls = ray.remote(**options)(RolloutActor)
